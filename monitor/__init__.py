@@ -1,0 +1,20 @@
+"""failfast-monitor core: trajectory model, readers, featuriser, signals, halts, decisions.
+
+No torch and no onnxruntime here: a harness that only watches runs imports this alone.
+"""
+
+from monitor.errors import BundleError, ConfigError, LabelError, TranscriptError
+from monitor.types import Decision, Flag, RestartPacket, Step, Totals, Trajectory
+
+__all__ = [
+    "BundleError",
+    "ConfigError",
+    "Decision",
+    "Flag",
+    "LabelError",
+    "RestartPacket",
+    "Step",
+    "Totals",
+    "Trajectory",
+    "TranscriptError",
+]

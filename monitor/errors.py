@@ -1,0 +1,33 @@
+"""Flow exceptions of failfast-monitor: one place, no logic."""
+
+from __future__ import annotations
+
+
+class FailfastError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class TranscriptError(FailfastError):
+    """A transcript could not be read. The message names the file and what is wrong."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class LabelError(FailfastError):
+    """A label file could not be read or joined. Names the file and what is wrong."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class ConfigError(FailfastError):
+    """A config file or override is invalid (unknown key, wrong type)."""
+
+
+class BundleError(FailfastError):
+    """A model bundle is missing files, has wrong hashes or incompatible versions."""

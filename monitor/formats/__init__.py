@@ -1,0 +1,1 @@
+"""Readers, one module per transcript format."""

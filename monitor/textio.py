@@ -1,0 +1,94 @@
+"""Opening transcripts and label files: plain or gzip, strict or lenient JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import TranscriptError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """Return the decompressed bytes of `path` (gzip detected by magic number, not by name)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise TranscriptError(p, f"cannot read file: {e.strerror or e}") from e
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise TranscriptError(p, f"corrupt gzip data: {e}") from e
+    return data
+
+
+def read_text(path: str | Path) -> str:
+    """Return the text of `path` (plain or gzip), as UTF-8; binary content is an error."""
+    data = read_bytes(path)
+    if b"\x00" in data[:4096]:
+        raise TranscriptError(path, "binary content (NUL bytes), not a text transcript")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TranscriptError(path, f"not UTF-8 text (byte {e.start})") from e
+
+
+_TRAILING_COMMA = re.compile(r",(\s*[\]}])")
+
+
+def load_json(path: str | Path, *, lenient: bool = False) -> Any:
+    """Parse a JSON file (plain or gzip).
+
+    With `lenient=True`, trailing commas before `]` or `}` (as in CodeR's published
+    results.json) are removed and a warning names the file.
+    """
+    text = read_text(path)
+    if not text.strip():
+        raise TranscriptError(path, "empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        if lenient:
+            fixed = _TRAILING_COMMA.sub(r"\1", text)
+            try:
+                obj = json.loads(fixed)
+            except json.JSONDecodeError:
+                pass
+            else:
+                warnings.warn(f"{path}: not strict JSON (trailing commas); read leniently", stacklevel=2)
+                return obj
+        raise TranscriptError(path, f"invalid JSON at line {e.lineno} col {e.colno}: {e.msg}") from e
+
+
+def load_jsonl(path: str | Path) -> list[Any]:
+    """Parse a JSON-lines file; a bad line is an error naming its line number.
+
+    A last line cut short (a live transcript being written) is dropped silently.
+    """
+    text = read_text(path)
+    if not text.strip():
+        raise TranscriptError(path, "empty file")
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) and not text.endswith("\n"):
+                break  # partial last line of a growing file
+            raise TranscriptError(path, f"invalid JSON on line {i}: {e.msg}") from e
+    return out
+
+
+def strip_gz(name: str) -> str:
+    """`x.traj.gz` -> `x.traj`."""
+    return name[:-3] if name.endswith(".gz") else name

@@ -1,0 +1,1 @@
+"""Serving: onnxruntime scorer (no torch), incremental sessions, HTTP service, harness hooks."""

@@ -1,0 +1,1 @@
+"""Training: prefix features, classifier heads, baselines, thresholds, evaluation, export."""
