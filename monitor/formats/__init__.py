@@ -1,1 +1,25 @@
-"""Readers, one module per transcript format."""
+"""Readers, one module per transcript format.
+
+Each module exposes `NAME`, `sniff(path, head) -> bool` and `read(path) -> Trajectory`
+(see monitor.protocols.Reader) and cites the format's source of truth in its docstring.
+`FORMATS` is the order in which auto-detection tries them (most specific first).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from monitor.formats import (
+    atif,
+    autocoderover,
+    claude_code,
+    codex,
+    minisweagent,
+    openhands,
+    sweagent,
+)
+
+FORMATS: dict[str, ModuleType] = {
+    m.NAME: m
+    for m in (minisweagent, sweagent, autocoderover, openhands, claude_code, codex, atif)
+}
