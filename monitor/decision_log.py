@@ -1,0 +1,107 @@
+"""Decision counters (Prometheus text export) and one JSON log line per decision.
+
+A `DecisionLog` is shared by every session of a Monitor. Counting is cheap; the JSON line is
+built only when it goes somewhere (a sink, or the `failfast.decisions` logger at DEBUG), so an
+unlogged monitor stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any, TextIO
+
+from monitor.types import Decision
+
+logger = logging.getLogger("failfast.decisions")
+
+
+def decision_record(
+    decision: Decision,
+    *,
+    run: str = "",
+    agent: str | None = None,
+    resolved: bool | None = None,
+    event: str = "observe",
+) -> dict[str, Any]:
+    """The JSON-ready record of one decision (what one log line holds)."""
+    return {
+        "ts": round(time.time(), 3),
+        "event": event,
+        "run": run,
+        "agent": agent,
+        "resolved": resolved,
+        "step": decision.step,
+        "action": decision.action,
+        "reason": decision.reason,
+        "score": decision.score,
+        "threshold": decision.threshold,
+        "evidence": decision.evidence,
+        "flags": [{"name": f.name, "step": f.step, "evidence": f.evidence} for f in decision.flags],
+    }
+
+
+class DecisionLog:
+    """Counts decisions by (action, reason) and flags by name; writes JSON lines.
+
+    Args:
+        sink: a text stream that gets one JSON line per decision; None: the
+            `failfast.decisions` logger at DEBUG level.
+        log_continue: also write lines for plain "continue / ok" decisions (always counted).
+    """
+
+    def __init__(self, sink: TextIO | None = None, *, log_continue: bool = False) -> None:
+        self.sink = sink
+        self.log_continue = log_continue
+        self.decisions: Counter[tuple[str, str]] = Counter()
+        self.flags: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        decision: Decision,
+        *,
+        run: str = "",
+        agent: str | None = None,
+        resolved: bool | None = None,
+        event: str = "observe",
+    ) -> None:
+        """Count a decision and write its line (see `decision_record`)."""
+        with self._lock:
+            self.decisions[(decision.action, decision.reason)] += 1
+            for f in decision.flags:
+                self.flags[f.name] += 1
+        quiet = decision.action == "continue" and decision.reason == "ok" and not decision.flags
+        if quiet and not self.log_continue:
+            return
+        if self.sink is None and not logger.isEnabledFor(logging.DEBUG):
+            return
+        line = json.dumps(
+            decision_record(decision, run=run, agent=agent, resolved=resolved, event=event),
+            default=str,
+        )
+        if self.sink is not None:
+            with self._lock:
+                self.sink.write(line + "\n")
+        else:
+            logger.debug(line)
+
+    def prometheus_text(self) -> str:
+        """Counters in the Prometheus text exposition format (version 0.0.4)."""
+        lines = [
+            "# HELP failfast_decisions_total Monitor decisions by action and reason.",
+            "# TYPE failfast_decisions_total counter",
+        ]
+        with self._lock:
+            for (action, reason), n in sorted(self.decisions.items()):
+                lines.append(f'failfast_decisions_total{{action="{action}",reason="{reason}"}} {n}')
+            lines += [
+                "# HELP failfast_flags_total Review flags raised, by flag.",
+                "# TYPE failfast_flags_total counter",
+            ]
+            for name, n in sorted(self.flags.items()):
+                lines.append(f'failfast_flags_total{{flag="{name}"}} {n}')
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,127 @@
+"""The decision policy: signal values (+ an optional score) -> continue / warn / stop.
+
+Order of precedence when several reasons fire at once: budgets, then the error streak, stuck
+patterns, context thrash, format errors, the transcript-analyser rule, and last the learned
+score. The check schedule (min_steps, every) applies to the learned score; the heuristic halts
+are hard limits and apply at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from monitor.config import StrictModel
+from monitor.flags import FlagConfig
+from monitor.halts import Budget, Hit, StuckLimits, TranscriptRule
+
+
+class AnalyserConfig(TranscriptRule):
+    """The transcript-analyser rule as a halt; off by default (it stops 46% of good runs)."""
+
+    enabled: bool = Field(
+        default=False, description="Stop when the transcript-analyser rule fires."
+    )
+
+
+class PolicyConfig(StrictModel):
+    """How the monitor decides. Every halt can be switched off; budgets are off until set."""
+
+    min_steps: int = Field(
+        default=3, ge=1, description="First prefix length at which a score may stop."
+    )
+    every: int = Field(
+        default=1, ge=1, description="Check the score every this many steps after that."
+    )
+    threshold: float | None = Field(
+        default=None, description="Stop threshold on the score; None: the scorer session's own."
+    )
+    warn_threshold: float | None = Field(
+        default=None, description="Warn threshold on the score; None: the scorer session's own."
+    )
+    warn_fraction: float = Field(
+        default=0.6, gt=0, le=1, description="Warn once any budget is this fraction used."
+    )
+    budget: Budget = Field(
+        default_factory=lambda: Budget(), description="Six caps (None = unchecked)."
+    )
+    stuck: StuckLimits = Field(
+        default_factory=lambda: StuckLimits(), description="Stuck-pattern halts."
+    )
+    analyser: AnalyserConfig = Field(
+        default_factory=lambda: AnalyserConfig(),
+        description="Transcript-analyser rule (off by default).",
+    )
+    max_error_streak: int | None = Field(
+        default=None, description="Stop at this many consecutive errors (None: off)."
+    )
+    context_thrash_n: int | None = Field(
+        default=3,
+        description="Stop after this many compactions within context_thrash_m steps (None: off).",
+    )
+    context_thrash_m: int = Field(
+        default=40, ge=1, description="Window (steps) for context_thrash_n."
+    )
+    format_errors: int | None = Field(
+        default=3, description="Stop at this many consecutive unparsable outputs (None: off)."
+    )
+    flags: FlagConfig = Field(
+        default_factory=lambda: FlagConfig(), description="Review flags (issue 8)."
+    )
+
+
+def is_checked(k: int, cfg: PolicyConfig) -> bool:
+    """True when the score may stop the run at prefix length k (steps 1..k seen)."""
+    return k >= cfg.min_steps and (k - cfg.min_steps) % cfg.every == 0
+
+
+def heuristic_hits(
+    values: dict[str, float], cfg: PolicyConfig, compaction_steps: list[int] | None = None
+) -> list[Hit]:
+    """Every heuristic halt that fires on these signal values, in precedence order."""
+    hits = list(cfg.budget.after_step(values))
+    if cfg.max_error_streak is not None and values["error_streak"] >= cfg.max_error_streak:
+        hits.append(
+            Hit("error_streak", "error_streak", values["error_streak"], cfg.max_error_streak)
+        )
+    hits.extend(cfg.stuck.hits(values))
+    if cfg.context_thrash_n is not None and compaction_steps:
+        k = values["steps"]
+        recent = sum(1 for s in compaction_steps if s > k - cfg.context_thrash_m)
+        if recent >= cfg.context_thrash_n:
+            hits.append(Hit("context_thrash", "compactions", recent, cfg.context_thrash_n))
+    if cfg.format_errors is not None and values["format_error_streak"] >= cfg.format_errors:
+        hits.append(
+            Hit(
+                "format_errors",
+                "format_error_streak",
+                values["format_error_streak"],
+                cfg.format_errors,
+            )
+        )
+    if cfg.analyser.enabled:
+        hits.extend(cfg.analyser.hits(values))
+    return hits
+
+
+def warn_evidence(
+    values: dict[str, float],
+    cfg: PolicyConfig,
+    *,
+    score: float | None = None,
+    warn_threshold: float | None = None,
+) -> dict[str, Any]:
+    """What puts the run in the warn band: budgets >= warn_fraction used, or a high score."""
+    ev: dict[str, Any] = {}
+    for signal, used in cfg.budget.fractions(values).items():
+        if used >= cfg.warn_fraction:
+            ev[f"{signal}_used"] = round(used, 3)
+    if score is not None and warn_threshold is not None and score >= warn_threshold:
+        ev["score"] = score
+    return ev
+
+
+def hits_evidence(hits: list[Hit]) -> dict[str, Any]:
+    """Evidence dict of the hits: signal -> {value, limit, reason}."""
+    return {h.signal: {"value": h.value, "limit": h.limit, "reason": h.reason} for h in hits}

@@ -1,0 +1,67 @@
+"""A deterministic fake StepScorer for harness tests: scores come from a list.
+
+It ships in the package so that harness authors can test their integration without a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from monitor.types import Step, Trajectory
+
+
+class ScriptedSession:
+    """Returns the scripted scores in order (the last one repeats once the list runs out)."""
+
+    def __init__(
+        self, scores: Sequence[float], threshold: float, warn_threshold: float, fail_at: int | None
+    ) -> None:
+        self.scores = list(scores)
+        self.threshold = threshold
+        self.warn_threshold = warn_threshold
+        self.fail_at = fail_at
+        self.k = 0
+
+    def observe(self, step: Step) -> float:
+        """Score after one more step; raises RuntimeError at step `fail_at` (1-based)."""
+        self.k += 1
+        if self.fail_at is not None and self.k == self.fail_at:
+            raise RuntimeError(f"scripted failure at step {self.k}")
+        if not self.scores:
+            return 0.0
+        return self.scores[min(self.k, len(self.scores)) - 1]
+
+
+class ScriptedScorer:
+    """A StepScorer whose sessions return `scores[k-1]` after step k.
+
+    Args:
+        scores: the scores, one per step (the last one repeats).
+        threshold: stop threshold each session reports.
+        warn_threshold: warn threshold each session reports.
+        fail_at: a step (1-based) at which the session raises, to test error handling.
+    """
+
+    def __init__(
+        self,
+        scores: Sequence[float],
+        *,
+        threshold: float = 0.5,
+        warn_threshold: float = 0.3,
+        fail_at: int | None = None,
+    ) -> None:
+        self.scores = list(scores)
+        self.threshold = threshold
+        self.warn_threshold = warn_threshold
+        self.fail_at = fail_at
+        self.started: list[tuple[str, str | None]] = []
+
+    def start(self, task: str, agent: str | None = None) -> ScriptedSession:
+        """Open a session (records the task and agent it was opened for)."""
+        self.started.append((task, agent))
+        return ScriptedSession(self.scores, self.threshold, self.warn_threshold, self.fail_at)
+
+    def score_run(self, traj: Trajectory) -> list[float]:
+        """Scores at every step boundary of `traj`."""
+        session = ScriptedSession(self.scores, self.threshold, self.warn_threshold, None)
+        return [session.observe(s) for s in traj.steps]

@@ -1,0 +1,276 @@
+"""The Monitor API a harness calls: one Session per run.
+
+    monitor = Monitor(config, scorer=None)
+    session = monitor.start(task=problem_statement, agent="mini-swe-agent")
+    while True:
+        if session.check().stop:          # before each model call: budgets
+            break
+        step = run_model_and_tool()
+        decision = session.observe(step)  # after each step: signals, score, halts, flags
+        if decision.stop:
+            restart_with(decision.restart)
+            break
+
+A failing scorer never breaks the run: the decision is "continue" with reason "monitor_error"
+(logged). Once a session has stopped it keeps returning that stop decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from monitor.decision_log import DecisionLog
+from monitor.flags import FlagTracker, diff_files
+from monitor.normalise import call_key, short_call
+from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, is_checked, warn_evidence
+from monitor.protocols import ScoreSession, StepScorer
+from monitor.signals import SignalTracker
+from monitor.types import Decision, Flag, RestartPacket, Step
+
+logger = logging.getLogger(__name__)
+
+# Warn reason for each budget signal in the warn band.
+_WARN_REASON = {
+    "steps": "step_budget",
+    "tokens": "token_budget",
+    "cost_usd": "cost_budget",
+    "wall_seconds": "wall_clock",
+    "max_repeat": "repeat_loop",
+    "no_new_info": "no_progress",
+}
+
+
+class Monitor:
+    """Opens monitored sessions that share one config, scorer and decision log.
+
+    Args:
+        config: the decision policy (defaults: stuck patterns, context thrash and format
+            errors on; budgets off; transcript-analyser rule off).
+        scorer: a learned scorer (serving.Scorer or monitor.scripted.ScriptedScorer); None
+            runs the heuristic halts only.
+        log: where decisions are counted and logged; a fresh DecisionLog when None.
+    """
+
+    def __init__(
+        self,
+        config: PolicyConfig | None = None,
+        scorer: StepScorer | None = None,
+        *,
+        log: DecisionLog | None = None,
+    ) -> None:
+        self.config = config or PolicyConfig()
+        self.scorer = scorer
+        self.log = log if log is not None else DecisionLog()
+
+    def start(self, task: str = "", agent: str | None = None, *, run: str = "") -> Session:
+        """Open a session for one run of `agent` on `task` (`run` names it in the log)."""
+        score_session = None
+        if self.scorer is not None:
+            try:
+                score_session = self.scorer.start(task, agent)
+            except Exception:
+                logger.exception("scorer failed to start a session; heuristics only")
+        return Session(self.config, score_session, task=task, agent=agent, log=self.log, run=run)
+
+
+class Session:
+    """One monitored run. Not thread-safe: one harness loop drives it."""
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        scorer: ScoreSession | None,
+        *,
+        task: str = "",
+        agent: str | None = None,
+        log: DecisionLog | None = None,
+        run: str = "",
+    ) -> None:
+        self.config = config
+        self.scorer = scorer
+        self.task = task
+        self.agent = agent
+        self.run = run
+        self.log = log if log is not None else DecisionLog()
+        self.tracker = SignalTracker()
+        self.flag_tracker = FlagTracker(task, config.flags)
+        self.diff = ""
+        """The run's current diff; set it from the harness so a stop can hand it on."""
+        self.stopped: Decision | None = None
+        self._seen_diff = ""
+        self._last: dict[str, float] = {}
+        self._last_error = ""
+        self._started = time.monotonic()
+
+    @property
+    def k(self) -> int:
+        """Steps observed so far (the prefix length)."""
+        return int(self.tracker.values()["steps"])
+
+    def values(self) -> dict[str, float]:
+        """Current signals; wall clock is the longer of transcript time and session time."""
+        values = self.tracker.values()
+        values["wall_seconds"] = max(values["wall_seconds"], time.monotonic() - self._started)
+        return values
+
+    def _thresholds(self) -> tuple[float | None, float | None]:
+        if self.scorer is None:
+            return None, None
+        cfg = self.config
+        thr = cfg.threshold if cfg.threshold is not None else self.scorer.threshold
+        warn = cfg.warn_threshold if cfg.warn_threshold is not None else self.scorer.warn_threshold
+        return thr, warn
+
+    def check(self) -> Decision:
+        """Before a model call: stop if the call could take a budget past its cap."""
+        if self.stopped is not None:
+            return self.stopped
+        values = self.values()
+        hits = self.config.budget.before_call(values, self._last)
+        if hits:
+            return self._stop(hits[0].reason, hits_evidence(hits), values, event="check")
+        warn = warn_evidence(values, self.config)
+        if warn:
+            return Decision("warn", self._warn_reason(warn), step=self.k, evidence=warn)
+        return Decision("continue", step=self.k)
+
+    def observe(self, step: Step) -> Decision:
+        """After a step: update signals, score, and decide (flags ride along)."""
+        before = self.tracker.values()
+        self.tracker.update(step)
+        values = self.values()
+        k = int(values["steps"])
+        self._last = {s: values[s] - before[s] for s in ("tokens", "cost_usd")}
+        if step.is_error and step.observation:
+            self._last_error = _last_line(step.observation)
+        flags = self._flags(step, k)
+        if self.stopped is not None:
+            return self.stopped
+
+        score: float | None = None
+        failed = False
+        if self.scorer is not None:
+            try:
+                score = float(self.scorer.observe(step))
+            except Exception:
+                logger.exception("scorer failed at step %d of run %r", k, self.run)
+                failed = True
+        threshold, warn_threshold = self._thresholds()
+
+        hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
+        if hits:
+            return self._stop(hits[0].reason, hits_evidence(hits), values, score, threshold, flags)
+        if (
+            score is not None
+            and threshold is not None
+            and is_checked(k, self.config)
+            and score >= threshold
+        ):
+            ev = {"score": score, "threshold": threshold}
+            return self._stop("predicted_failure", ev, values, score, threshold, flags)
+        if failed:
+            decision = Decision("continue", "monitor_error", step=k, flags=flags)
+        else:
+            warn = warn_evidence(values, self.config, score=score, warn_threshold=warn_threshold)
+            if warn:
+                reason = "predicted_failure" if "score" in warn else self._warn_reason(warn)
+                decision = Decision("warn", reason, score, threshold, k, warn, flags)
+            else:
+                decision = Decision("continue", "ok", score, threshold, k, {}, flags)
+        self.log.record(decision, run=self.run, agent=self.agent)
+        return decision
+
+    def guard_call(self, name: str, args: Any) -> int:
+        """How many times this call (normalised) was already made in this run.
+
+        Args:
+            name: tool name ("bash" for shell commands).
+            args: the tool arguments (dict) or the command string.
+        """
+        if isinstance(args, dict):
+            return self.tracker.call_count(call_key(name, "", args))
+        return self.tracker.call_count(call_key(name, str(args)))
+
+    def end(self, submission: str | None = None) -> list[Flag]:
+        """The run is over: flags that only the end can raise (final diff, unsupported claim)."""
+        flags = self.flag_tracker.end(self.k, self.diff if submission is None else submission)
+        if flags:
+            d = Decision(
+                self.stopped.action if self.stopped else "continue",
+                self.stopped.reason if self.stopped else "ok",
+                step=self.k,
+                flags=flags,
+            )
+            self.log.record(d, run=self.run, agent=self.agent, event="end")
+        return flags
+
+    def _flags(self, step: Step, k: int) -> list[Flag]:
+        flags = self.flag_tracker.update(step, k)
+        if self.diff and self.diff is not self._seen_diff:
+            self._seen_diff = self.diff
+            flags += self.flag_tracker.add_files(diff_files(self.diff), k)
+        return flags
+
+    def _warn_reason(self, warn: dict[str, Any]) -> str:
+        signal = max(
+            (k.removesuffix("_used") for k in warn if k.endswith("_used")),
+            key=lambda s: warn[f"{s}_used"],
+        )
+        return _WARN_REASON[signal]
+
+    def _stop(
+        self,
+        reason: str,
+        evidence: dict[str, Any],
+        values: dict[str, float],
+        score: float | None = None,
+        threshold: float | None = None,
+        flags: list[Flag] | None = None,
+        event: str = "observe",
+    ) -> Decision:
+        packet = RestartPacket(
+            diff=self.diff,
+            summary=self.summary(reason, values),
+            task=self.task if reason == "context_thrash" else "",
+        )
+        k = int(values["steps"])
+        decision = Decision("stop", reason, score, threshold, k, evidence, flags or [], packet)
+        self.stopped = decision
+        self.log.record(decision, run=self.run, agent=self.agent, event=event)
+        return decision
+
+    def summary(self, reason: str, values: dict[str, float]) -> str:
+        """A short account of what the run tried, for a warm restart."""
+        v = values
+        parts = [f"Stopped after {int(v['steps'])} steps ({reason})."]
+        parts.append(
+            f"Tried {int(v['tool_calls'])} tool calls, {int(v['edits'])} edits, "
+            f"{int(v['test_runs'])} test runs"
+            + (
+                f" (last {'failed' if v['last_test_failed'] else 'passed'})."
+                if v["test_runs"]
+                else "."
+            )
+        )
+        if v["max_repeat"] > 1:
+            parts.append(
+                f"Most repeated call ({int(v['max_repeat'])}x): {short_call(self.tracker.top_call, 100)}"
+            )
+        if self._last_error:
+            parts.append(f"Last error: {self._last_error}")
+        if self.flag_tracker.files:
+            files = sorted(self.flag_tracker.files)
+            parts.append(
+                "Files touched: " + ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
+            )
+        return " ".join(parts)
+
+
+def _last_line(text: str, limit: int = 160) -> str:
+    for line in reversed(text[-2000:].splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
