@@ -242,10 +242,12 @@ _config = st.builds(
     keep_recent_frac=st.floats(0.05, 1.0),
 )
 _encode = st.sampled_from([chunk_encode, byte_encode, word_encode])
+# hypothesis favours short lists; long runs are where windows restart
+_steps = st.one_of(st.lists(_step, max_size=4), st.lists(_step, min_size=10, max_size=40))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cfg=_config, encode=_encode, steps=st.lists(_step, max_size=25), task=_any_text)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=_config, encode=_encode, steps=_steps, task=_any_text)
 def test_properties(cfg: FeaturiserConfig, encode, steps: list[Step], task: str) -> None:  # noqa: ANN001
     for i, s in enumerate(steps):
         s.index = i
@@ -267,3 +269,36 @@ def test_properties(cfg: FeaturiserConfig, encode, steps: list[Step], task: str)
             assert cur[-1].ids[: len(prev[-1].ids)] == prev[-1].ids
             assert cur[-1].boundaries[:-1] == prev[-1].boundaries
         prev = cur
+
+
+def test_real_tokenizer_file(tiny_model_dir: Path) -> None:
+    """With a byte-level BPE tokenizer, hostile text round-trips and the decoded window is
+    exactly header + step texts."""
+    cfg = FeaturiserConfig(window_tokens=600)
+    f = Featuriser.from_tokenizer_file(tiny_model_dir, cfg)
+    assert Featuriser.from_tokenizer_file(tiny_model_dir / "tokenizer.json", cfg).encode("a b") == (
+        f.encode("a b")
+    )
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+    traj = make_traj(30, obs="Traceback (most recent call last): Error \u00e9\u4e2d\U0001f600")
+    traj.steps[7].observation = "\x1b[1m" + "z\u0300" * 100_000
+    windows = f.windows(traj)
+    check_windows(f, traj, windows)
+    assert session_windows(f, traj) == windows
+    assert len(windows) > 1
+    first = windows[0]
+    text = f.header(traj.task, traj.agent) + "".join(
+        f.render_step(s) for s in traj.steps[: first.steps[-1]]
+    )
+    assert tok.decode(first.ids) == text
+    for w in windows[1:]:
+        decoded = tok.decode(w.ids)
+        assert decoded.startswith(f.header(traj.task, traj.agent) + "[signals] steps=")
+        if w.steps[-1] != 8:
+            assert decoded.endswith(f.render_step(traj.steps[w.steps[-1] - 1]))
+    (huge,) = [w for w in windows if 8 in w.steps]
+    decoded = tok.decode(huge.ids)
+    assert "\n### step 8 bash: cat file_7.py\n" + "z\u0300" * 20 in decoded
+    assert TOKEN_CUT_MARKER in decoded
