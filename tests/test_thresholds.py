@@ -1,0 +1,138 @@
+"""Threshold picker: run-level stops, Clopper-Pearson bound, refusals, per-agent thresholds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training.records import RunRecord
+from training.thresholds import (
+    ThresholdConfig,
+    ThresholdPicker,
+    first_stop,
+    fpr_upper_bound,
+    lookup_threshold,
+    pick_thresholds,
+    resolved_runs_needed,
+    run_false_positive_rate,
+)
+
+
+def rec(i, agent, resolved, scores, inst=None):
+    s = np.asarray(scores, dtype=float)
+    return RunRecord(
+        f"{agent}/r{i}",
+        inst or f"i{i}",
+        agent,
+        f"src-{agent}",
+        resolved,
+        np.full(len(s), 10),
+        {"monitor": s},
+    )
+
+
+def test_first_stop_respects_schedule():
+    s = [0.9, 0.1, 0.2, 0.95, 0.3, 0.99]
+    assert first_stop(s, 0.5) == 1
+    assert first_stop(s, 0.5, min_steps=2) == 4
+    assert first_stop(s, 0.5, min_steps=2, every=3) is None  # k in {2, 5}: 0.1, 0.3
+    assert first_stop(s, 0.5, min_steps=3, every=3) == 6
+    assert first_stop(s, None) is None
+    assert first_stop([], 0.1) is None
+
+
+def test_clopper_pearson_values():
+    # 0 of n: closed form 1 - alpha^(1/n)
+    assert fpr_upper_bound(0, 59) == pytest.approx(1 - 0.05 ** (1 / 59))
+    assert fpr_upper_bound(0, 59) < 0.05 < fpr_upper_bound(0, 58)
+    assert resolved_runs_needed(0.05) == 59
+    assert resolved_runs_needed(0.01) == 299
+    assert resolved_runs_needed(0.25) == 11
+    assert resolved_runs_needed(0.05, mode="empirical") == 20
+    # known value: 2 of 100 at 95% one-sided ~ 0.0616
+    assert fpr_upper_bound(2, 100) == pytest.approx(0.0616, abs=5e-4)
+
+
+def test_refuses_with_count_when_too_few_resolved():
+    rng = np.random.default_rng(0)
+    recs = [rec(i, "a", True, rng.random(8)) for i in range(30)] + [
+        rec(100 + i, "a", False, rng.random(8)) for i in range(10)
+    ]
+    th = pick_thresholds(recs, targets=[0.05, 0.25])
+    a = th["per_agent"]["a"]
+    assert a["n_resolved"] == 30
+    msg = a["stop"]["0.05"]["refused"]
+    assert "59" in msg and "30" in msg
+    assert "threshold" in a["stop"]["0.25"]
+    assert lookup_threshold(th, "a", 0.05) == (None, "refused")
+
+
+def test_bound_mode_never_exceeds_target_on_calibration():
+    rng = np.random.default_rng(1)
+    recs = []
+    for agent, n_res in (("a", 400), ("b", 150)):
+        for i in range(n_res):
+            recs.append(rec(i, agent, True, rng.beta(2, 5, size=rng.integers(3, 30))))
+        for i in range(200):
+            recs.append(rec(1000 + i, agent, False, rng.beta(5, 2, size=rng.integers(3, 30))))
+    targets = [0.01, 0.02, 0.05, 0.1, 0.25]
+    th = pick_thresholds(recs, targets=targets, min_steps=2, every=2)
+    assert th["schedule"] == {"min_steps": 2, "every": 2}
+    for agent in ("a", "b"):
+        group = [r for r in recs if r.agent == agent]
+        for t in targets:
+            entry = th["per_agent"][agent]["stop"][f"{t:g}"]
+            if "refused" in entry:
+                assert th["per_agent"][agent]["n_resolved"] < resolved_runs_needed(t)
+                continue
+            fpr = run_false_positive_rate(group, entry["threshold"], min_steps=2, every=2)
+            assert fpr == pytest.approx(entry["fpr_val"])
+            n = th["per_agent"][agent]["n_resolved"]
+            assert fpr_upper_bound(round(fpr * n), n) <= t
+            assert entry["fpr_upper_bound"] <= t
+    # b has 150 resolved: 1% (299 needed) refused, 2% (149) certified
+    assert "refused" in th["per_agent"]["b"]["stop"]["0.01"]
+    assert "threshold" in th["per_agent"]["b"]["stop"]["0.02"]
+
+
+def test_per_agent_thresholds_differ_and_pooled_fallback():
+    rng = np.random.default_rng(2)
+    recs = [rec(i, "low", True, rng.uniform(0.0, 0.3, 10)) for i in range(120)]
+    recs += [rec(200 + i, "high", True, rng.uniform(0.5, 0.9, 10)) for i in range(120)]
+    recs += [rec(400 + i, "few", True, rng.uniform(0, 1, 10)) for i in range(5)]
+    th = pick_thresholds(recs, targets=[0.05])
+    t_low, src_low = lookup_threshold(th, "low", 0.05)
+    t_high, _ = lookup_threshold(th, "high", 0.05)
+    assert src_low == "agent"
+    assert t_low < 0.31 < 0.5 < t_high
+    # an agent that could not certify the target and an unknown agent use the pooled threshold
+    assert lookup_threshold(th, "few", 0.05) == (
+        th["pooled"]["stop"]["0.05"]["threshold"],
+        "pooled",
+    )
+    assert lookup_threshold(th, "nobody", 0.05)[1] == "pooled-unknown-agent"
+    # a pooled threshold stops nearly every "high" good run: why thresholds are per agent
+    assert run_false_positive_rate([r for r in recs if r.agent == "low"], t_high) == 0.0
+
+
+def test_empirical_mode_and_warn_below_stop():
+    rng = np.random.default_rng(3)
+    recs = [rec(i, "a", True, rng.random(6)) for i in range(100)]
+    recs += [rec(500 + i, "a", False, rng.random(6) + 0.5) for i in range(50)]
+    th = pick_thresholds(recs, targets=[0.05, 0.1], mode="empirical", warn_fraction=0.3)
+    e = th["per_agent"]["a"]["stop"]["0.05"]
+    assert th["method"] == "empirical"
+    assert e["fpr_val"] == pytest.approx(0.05)
+    assert th["per_agent"]["a"]["warn"] <= e["threshold"]
+    assert run_false_positive_rate(recs, th["per_agent"]["a"]["warn"]) <= 0.3 + 1e-9
+
+
+def test_picker_fitted_attributes():
+    rng = np.random.default_rng(4)
+    recs = [rec(i, "a", True, rng.random(5)) for i in range(80)] + [
+        rec(100 + i, "a", False, np.full(5, 0.999)) for i in range(20)
+    ]
+    p = ThresholdPicker(ThresholdConfig(targets=[0.05])).fit(recs)
+    assert p.n_resolved_ == {"a": 80}
+    assert p.stop_step(recs[-1], 0.05) == 1
+    assert sum(p.stop_step(r, 0.05) is not None for r in recs[:80]) <= 4

@@ -1,0 +1,316 @@
+"""Offline evaluation: the token ledger of a stop rule, restarts, the oracle, baselines.
+
+Every stop rule here is reduced to the same thing: for each run, the prefix length k after which
+it is stopped (None = never). `ledger_metrics` turns those stop points into the numbers users
+decide by (DESIGN.md, "Definitions"):
+
+- realized FPR = stopped resolved runs / resolved runs, with a two-sided Clopper-Pearson interval
+  and a one-sided upper bound at `confidence`;
+- recall = stopped unresolved runs / unresolved runs;
+- token savings = tokens after the stop point, summed over stopped runs / all tokens of all runs;
+- resolution before (resolved / runs) and after stopping (a stopped run counts as unresolved);
+- cold-restart simulation (`restart_outcomes`): a stopped run is replaced by the next recorded
+  run of the same instance in run-id order, wrapping around, not already used in this chain; the
+  replacement is monitored too and is itself replaced when stopped. Tokens of every run in the
+  chain count (the stopped prefix plus the replacement). An instance with no other run left
+  stays stopped = unresolved, with no tokens added;
+- net savings (`net_token_savings`) after the monitor's own cost: every token it encoded for a
+  run (RunRecord.encoded_tokens, charged in full even when the run was stopped early: an upper
+  bound) priced at `monitor_token_price` agent-LLM tokens (default 0.02: a 135M-parameter encoder
+  pass costs about 1/50 of a GPT-4-class call per token, stated, configurable).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from monitor.config import StrictModel
+from training.records import RunRecord
+from training.thresholds import (
+    first_stop,
+    fpr_interval,
+    fpr_upper_bound,
+    lookup_threshold,
+    max_checked_score,
+    threshold_for_count,
+)
+
+Stops = dict[str, int | None]  # run_id -> prefix length k at the stop, None = not stopped
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+class EvalConfig(StrictModel):
+    """Offline evaluation settings."""
+
+    target_fpr: float = Field(0.05, gt=0.0, lt=1.0)
+    """Run-level FPR target whose thresholds are evaluated."""
+    confidence: float = Field(0.95, gt=0.0, lt=1.0)
+    """Confidence of the realized-FPR interval and upper bound."""
+    monitor_token_price: float = Field(0.02, ge=0.0)
+    """Cost of one token the monitor encodes, in agent-LLM tokens (net savings)."""
+    scorer: str = "monitor"
+    """Score in the records that is the learned monitor."""
+    score_baselines: list[str] = Field(default_factory=lambda: ["signals_lr", "tfidf_lr"])
+    """Scores in the records evaluated as baselines at the monitor's realized FPR."""
+    group_by: str = "agent"
+    """Record field thresholds and FPR matching are conditioned on."""
+    n_plot_runs: int = 6
+    """Resolved and unresolved runs each drawn in the score-over-steps plot."""
+
+
+def score_stops(
+    records: Sequence[RunRecord],
+    thresholds: Mapping[str, Any],
+    *,
+    target: float,
+    scorer: str = "monitor",
+    group_by: str = "agent",
+    min_steps: int = 1,
+    every: int = 1,
+) -> tuple[Stops, dict[str, dict[str, Any]]]:
+    """Stop points of a scorer under a thresholds.json dict (per group, pooled fallback).
+
+    Returns:
+        (stops, used) where used[group] = {"threshold": t | None, "from": agent|pooled|...}.
+    """
+    stops: Stops = {}
+    used: dict[str, dict[str, Any]] = {}
+    for r in records:
+        g = str(getattr(r, group_by))
+        if g not in used:
+            t, src = lookup_threshold(dict(thresholds), g, target)
+            used[g] = {"threshold": t, "from": src}
+        stops[r.run_id] = first_stop(
+            r.scores[scorer], used[g]["threshold"], min_steps=min_steps, every=every
+        )
+    return stops, used
+
+
+def oracle_stops(records: Sequence[RunRecord], *, min_steps: int = 1) -> Stops:
+    """The ceiling: every unresolved run stopped at min_steps (if it gets there), no resolved run."""
+    return {
+        r.run_id: (min_steps if (not r.resolved and r.n_steps >= min_steps) else None)
+        for r in records
+    }
+
+
+def restart_outcomes(
+    records: Sequence[RunRecord], stops: Mapping[str, int | None]
+) -> dict[str, Any]:
+    """Cold-restart simulation (rule in the module docstring).
+
+    Returns:
+        {"resolved": run_id -> outcome after restarts, "tokens": run_id -> tokens spent over the
+        chain, "restarts": run_id -> replacement runs started}.
+    """
+    by_inst: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by_inst.setdefault(r.instance_id, []).append(r)
+    for rs in by_inst.values():
+        rs.sort(key=lambda r: r.run_id)
+    resolved: dict[str, bool] = {}
+    tokens: dict[str, float] = {}
+    restarts: dict[str, int] = {}
+    for r in records:
+        k = stops.get(r.run_id)
+        spent = float(np.sum(r.step_tokens[: k if k is not None else None]))
+        outcome = bool(r.resolved) and k is None
+        restarts[r.run_id] = 0
+        if k is not None:
+            sib = by_inst[r.instance_id]
+            i = next(j for j, s in enumerate(sib) if s.run_id == r.run_id)
+            for c in sib[i + 1 :] + sib[:i]:  # the others in run-id order, wrapping around
+                restarts[r.run_id] += 1
+                kc = stops.get(c.run_id)
+                spent += float(np.sum(c.step_tokens[: kc if kc is not None else None]))
+                if kc is None:
+                    outcome = bool(c.resolved)
+                    break
+        resolved[r.run_id] = outcome
+        tokens[r.run_id] = spent
+    return {"resolved": resolved, "tokens": tokens, "restarts": restarts}
+
+
+def ledger_metrics(
+    records: Sequence[RunRecord],
+    stops: Mapping[str, int | None],
+    *,
+    confidence: float = 0.95,
+    monitor_token_price: float = 0.0,
+    restart_pool: Sequence[RunRecord] | None = None,
+) -> dict[str, Any]:
+    """Token ledger of one stop rule on a set of runs.
+
+    Args:
+        records: the runs to report on.
+        stops: run_id -> stop prefix length (None / absent = not stopped).
+        confidence: of the FPR interval and upper bound.
+        monitor_token_price: agent-LLM tokens per encoded token, for `net_token_savings`
+            (0 for rules that cost nothing).
+        restart_pool: runs replacements are drawn from (default: `records`).
+    """
+    res = np.array([bool(r.resolved) for r in records], dtype=bool)
+    stopped = np.array([stops.get(r.run_id) is not None for r in records], dtype=bool)
+    total = np.array([float(np.sum(r.step_tokens)) for r in records])
+    saved = np.array(
+        [
+            float(np.sum(r.step_tokens[stops[r.run_id] :])) if s else 0.0
+            for r, s in zip(records, stopped, strict=True)
+        ]
+    )
+    encoded = float(sum(r.encoded_tokens for r in records))
+    n, n_res = len(records), int(res.sum())
+    fp, tp = int((stopped & res).sum()), int((stopped & ~res).sum())
+    all_tokens = float(total.sum())
+    pool = list(restart_pool) if restart_pool is not None else list(records)
+    rs = restart_outcomes(pool, stops)
+    ids = [r.run_id for r in records]
+    after_tokens = float(sum(rs["tokens"][i] for i in ids))
+    lo, hi = fpr_interval(fp, n_res, confidence=confidence)
+
+    def frac(a: float, b: float) -> float | None:
+        return a / b if b else None
+
+    return {
+        "runs": n,
+        "resolved_runs": n_res,
+        "stopped_runs": int(stopped.sum()),
+        "realized_fpr": frac(fp, n_res),
+        "fpr_ci": [lo, hi],
+        "fpr_upper_bound": fpr_upper_bound(fp, n_res, confidence=confidence),
+        "recall": frac(tp, n - n_res),
+        "token_savings": frac(float(saved.sum()), all_tokens),
+        "net_token_savings": frac(float(saved.sum()) - monitor_token_price * encoded, all_tokens),
+        "resolution_before": frac(n_res, n),
+        "resolution_after": frac(int((res & ~stopped).sum()), n),
+        "resolution_after_restart": frac(sum(rs["resolved"][i] for i in ids), n),
+        "tokens_after_restart": frac(after_tokens, all_tokens),
+        "restarts": int(sum(rs["restarts"][i] for i in ids)),
+        "tokens": all_tokens,
+    }
+
+
+def auroc_at_fractions(
+    records: Sequence[RunRecord], *, scorer: str, fractions: Sequence[float] = FRACTIONS
+) -> dict[str, float | None]:
+    """AUROC (positive = unresolved) of the score at fraction f of each run (k = ceil(f*n))."""
+    from sklearn.metrics import roc_auc_score
+
+    out: dict[str, float | None] = {}
+    recs = [r for r in records if scorer in r.scores and r.n_steps]
+    y = np.array([0 if r.resolved else 1 for r in recs])
+    for f in fractions:
+        s = np.array([r.scores[scorer][max(1, math.ceil(f * r.n_steps)) - 1] for r in recs])
+        out[f"{f:g}"] = float(roc_auc_score(y, s)) if len(set(y.tolist())) == 2 else None
+    return out
+
+
+def matched_score_stops(
+    records: Sequence[RunRecord],
+    reference: Mapping[str, int | None],
+    *,
+    scorer: str,
+    group_by: str = "agent",
+    min_steps: int = 1,
+    every: int = 1,
+) -> tuple[Stops, dict[str, float]]:
+    """A score baseline at equal realized FPR: per group, the lowest threshold that stops at most
+    as many resolved runs as the reference rule did on the same runs.
+
+    Returns:
+        (stops, threshold per group).
+    """
+    groups: dict[str, list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault(str(getattr(r, group_by)), []).append(r)
+    stops: Stops = {}
+    used: dict[str, float] = {}
+    for g, rs in groups.items():
+        mx = np.array(
+            [max_checked_score(r.scores[scorer], min_steps=min_steps, every=every) for r in rs]
+        )
+        res = np.array([bool(r.resolved) for r in rs])
+        fp = sum(1 for r in rs if r.resolved and reference.get(r.run_id) is not None)
+        t = threshold_for_count(mx[res], fp, mx)
+        used[g] = t
+        for r in rs:
+            stops[r.run_id] = first_stop(r.scores[scorer], t, min_steps=min_steps, every=every)
+    return stops, used
+
+
+def matched_knob_stops(
+    records: Sequence[RunRecord],
+    reference: Mapping[str, int | None],
+    stops_at: Callable[[str, float], Stops],
+    *,
+    group_by: str = "agent",
+    lo: float = 0.05,
+    hi: float = 20.0,
+    iters: int = 24,
+) -> tuple[Stops, dict[str, float]]:
+    """A rule with a scale knob (larger = fewer stops) at equal realized FPR: per group, the
+    smallest scale (bisection in log space) whose stopped resolved runs are at most the reference's.
+
+    Args:
+        stops_at: (group, scale) -> stops of that group's runs at that scale.
+
+    Returns:
+        (stops, scale per group).
+    """
+    groups: dict[str, list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault(str(getattr(r, group_by)), []).append(r)
+    out: Stops = {}
+    scales: dict[str, float] = {}
+    for g, rs in groups.items():
+        budget = sum(1 for r in rs if r.resolved and reference.get(r.run_id) is not None)
+
+        def fps(st: Stops, rs: list[RunRecord] = rs) -> int:
+            return sum(1 for r in rs if r.resolved and st.get(r.run_id) is not None)
+
+        a, b = math.log(lo), math.log(hi)
+        if fps(stops_at(g, lo)) <= budget:
+            b = a
+        for _ in range(iters):
+            if b - a < 1e-3:
+                break
+            m = (a + b) / 2
+            if fps(stops_at(g, math.exp(m))) <= budget:
+                b = m
+            else:
+                a = m
+        scales[g] = math.exp(b)
+        out.update(stops_at(g, scales[g]))
+    return out, scales
+
+
+def tradeoff_curve(
+    records: Sequence[RunRecord],
+    *,
+    scorer: str,
+    min_steps: int = 1,
+    every: int = 1,
+    points: int = 60,
+) -> list[tuple[float, float]]:
+    """(realized FPR, token savings) of one pooled threshold swept over the score's quantiles."""
+    mx = np.array(
+        [max_checked_score(r.scores[scorer], min_steps=min_steps, every=every) for r in records]
+    )
+    finite = mx[np.isfinite(mx)]
+    if not len(finite):
+        return []
+    grid = np.unique(np.quantile(finite, np.linspace(0, 1, points)))
+    out = []
+    for t in [*grid.tolist(), math.inf]:
+        st = {
+            r.run_id: first_stop(r.scores[scorer], t, min_steps=min_steps, every=every)
+            for r in records
+        }
+        m = ledger_metrics(records, st)
+        out.append((m["realized_fpr"] or 0.0, m["token_savings"] or 0.0))
+    return sorted(out)
