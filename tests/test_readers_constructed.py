@@ -136,7 +136,9 @@ def test_openhands_sniffs_a_line_longer_than_the_head(tmp_path: Path) -> None:
     p.write_text(json.dumps(big) + "\n")
     head = p.read_bytes()[: 64 * 1024]
     assert openhands.sniff(p, head)
-    assert not claude_code.sniff(p, head) and not codex.sniff(p, head) and not atif.sniff(p, head)
+    assert not claude_code.sniff(p, head)
+    assert not codex.sniff(p, head)
+    assert not atif.sniff(p, head)
     assert openhands.read(p).task == "x" * 100_000
 
 
@@ -188,7 +190,8 @@ def test_claude_code_session_log_values(fixtures_dir: Path) -> None:
         ("action", "Edit"),
         ("message", ""),
     ]
-    assert t.steps[0].is_error and not any(s.is_error for s in t.steps[1:])
+    assert t.steps[0].is_error
+    assert not any(s.is_error for s in t.steps[1:])
     assert t.steps[0].thought == "Run the test first."
     assert t.steps[2].action == "compact(manual)"
     assert t.steps[2].observation == "Conversation compacted"
@@ -196,7 +199,8 @@ def test_claude_code_session_log_values(fixtures_dir: Path) -> None:
     assert [s.tokens_in for s in t.steps] == [3010, 3206, 0, 1024, 1203]
     assert [s.tokens_out for s in t.steps] == [52, 70, 0, 90, 15]
     assert t.steps[0].timestamp == pytest.approx(1760954403.0)
-    assert t.totals.cost_usd is None and t.exit_status == ""
+    assert t.totals.cost_usd is None
+    assert t.exit_status == ""
 
 
 def test_claude_code_loop_fixture(fixtures_dir: Path) -> None:
@@ -204,7 +208,8 @@ def test_claude_code_loop_fixture(fixtures_dir: Path) -> None:
     assert [s.tool for s in t.steps] == ["Read", "Bash", "Bash", "Bash", "Bash", "Edit", "Bash"]
     bash = [s for s in t.steps if s.tool == "Bash"]
     assert {s.action for s in bash} == {"python -m pytest tests/test_x.py"}
-    assert len(bash) == 5 and all(s.is_error for s in bash)
+    assert len(bash) == 5
+    assert all(s.is_error for s in bash)
     assert [s.is_error for s in t.steps] == [False, True, True, True, True, False, True]
     assert t.totals.cost_usd == pytest.approx(1.42)
     assert t.exit_status == "error_max_turns"
@@ -239,7 +244,8 @@ def test_codex_values(fixtures_dir: Path) -> None:
     assert t.steps[2].action == "apply_patch(update src/calc.py)"
     assert t.steps[3].observation == "server docs not reachable"
     assert [s.index for s in t.steps if s.is_error] == [1, 3]
-    assert t.steps[5].kind == "message" and "the test passes" in t.steps[5].thought
+    assert t.steps[5].kind == "message"
+    assert "the test passes" in t.steps[5].thought
     # usage per turn, spread over the turn's steps (6 then 2), so estimated
     assert [s.tokens_in for s in t.steps] == [4127] * 5 + [4128, 15000, 15001]
     assert [s.tokens_out for s in t.steps] == [20] * 5 + [22, 30, 31]
