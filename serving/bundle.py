@@ -1,0 +1,210 @@
+"""A model bundle on disk: load it, verify file hashes and versions, look up thresholds.
+
+Layout (MODEL_CONTRACT.md): model.onnx (+ .data), model_kv.onnx (+ .data), optional
+model.int8.onnx / model_kv.int8.onnx, tokenizer.json, monitor.json, README.md, baselines/.
+monitor.json holds everything the scorer needs besides the graphs (featuriser config, signal
+names, thresholds, policy, versions) and the sha256 of every other file in the bundle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import BundleError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "monitor.json"
+BUNDLE_FORMAT = 1
+"""Version of the bundle layout; a loader refuses other versions."""
+MIN_ONNXRUNTIME = (1, 16)
+"""Oldest onnxruntime that runs the exported opsets (17)."""
+REQUIRED = ("model.onnx", "model_kv.onnx", "tokenizer.json")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root` except monitor.json, keyed by POSIX relative path."""
+    return {
+        p.relative_to(root).as_posix(): sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).as_posix() != MANIFEST
+    }
+
+
+def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Add the file hashes to `manifest` and write it as root/monitor.json (last, after every file)."""
+    manifest = dict(manifest)
+    manifest["files"] = file_hashes(root)
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
+    return manifest
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    out = []
+    for part in v.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+@dataclass
+class Thresholds:
+    """The thresholds a session uses, and where they came from.
+
+    Attributes:
+        stop: stop threshold on the score (inf: no stop by score, warn only).
+        warn: warn threshold on the score.
+        source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+    """
+
+    stop: float
+    warn: float
+    source: str
+
+
+@dataclass
+class Bundle:
+    """A loaded, verified bundle.
+
+    Attributes:
+        path: the bundle folder.
+        manifest: monitor.json as a dict.
+    """
+
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def featuriser(self) -> dict[str, Any]:
+        return dict(self.manifest.get("featuriser") or {})
+
+    @property
+    def signal_names(self) -> list[str]:
+        return list(self.manifest.get("signal_names") or [])
+
+    @property
+    def thresholds(self) -> dict[str, Any]:
+        return dict(self.manifest.get("thresholds") or {})
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        return dict(self.manifest.get("policy") or {})
+
+    @property
+    def target(self) -> float:
+        return float(self.manifest.get("target", 0.05))
+
+    @property
+    def kv(self) -> dict[str, int]:
+        """{"n_layers", "kv_heads", "head_dim"} of the KV graph's cache tensors."""
+        return {k: int(v) for k, v in (self.manifest.get("kv") or {}).items()}
+
+    def graph(self, name: str, *, int8: bool = False) -> Path:
+        """Path of a graph ("model.onnx" or "model_kv.onnx"), its int8 twin when asked."""
+        if int8:
+            name = name[: -len(".onnx")] + ".int8.onnx"
+        p = self.path / name
+        if not p.is_file():
+            hint = " (export with --int8)" if int8 else ""
+            raise BundleError(f"{p}: graph missing from the bundle{hint}")
+        return p
+
+    def thresholds_for(self, agent: str | None, target: float | None = None) -> Thresholds:
+        """Stop/warn thresholds for `agent` (MODEL_CONTRACT lookup rule).
+
+        The agent's own threshold when it has one for the target; else the pooled one, with a
+        warning when the agent was never calibrated; refused everywhere -> no stop by score.
+        """
+        target = self.target if target is None else target
+        th = self.thresholds
+        per_agent = th.get("per_agent") or {}
+        pooled = th.get("pooled") or {}
+
+        def stop_of(entry: dict[str, Any]) -> float | None:
+            for key, val in (entry.get("stop") or {}).items():
+                if abs(float(key) - target) < 1e-9 and "threshold" in val:
+                    return float(val["threshold"])
+            return None
+
+        own = per_agent.get(agent) if agent is not None else None
+        if agent is not None and own is None and per_agent:
+            log.warning("agent %r has no calibrated thresholds; using the pooled ones", agent)
+        entry = own or pooled
+        warn = float(entry.get("warn", pooled.get("warn", math.inf)))
+        if own is not None and (t := stop_of(own)) is not None:
+            return Thresholds(t, warn, "agent")
+        if (t := stop_of(pooled)) is not None:
+            source = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
+            return Thresholds(t, warn, source)
+        return Thresholds(math.inf, warn, "refused")
+
+
+def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
+    """Load and check a bundle folder.
+
+    Args:
+        path: the bundle folder (holding monitor.json).
+        verify: check the sha256 of every listed file (reads every byte once).
+
+    Raises:
+        BundleError: missing folder/files, unreadable monitor.json, a hash mismatch, an unknown
+            bundle format, an onnxruntime too old, or signals this monitor does not compute.
+    """
+    root = Path(path)
+    mpath = root / MANIFEST
+    if not root.is_dir():
+        raise BundleError(f"{root}: bundle folder not found")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except OSError as e:
+        raise BundleError(f"{mpath}: cannot read bundle manifest: {e.strerror or e}") from e
+    except ValueError as e:
+        raise BundleError(f"{mpath}: invalid JSON: {e}") from e
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{mpath}: manifest must be a JSON object")
+    versions = manifest.get("versions") or {}
+    fmt = versions.get("bundle_format")
+    if fmt != BUNDLE_FORMAT:
+        raise BundleError(
+            f"{mpath}: bundle format {fmt!r}, this failfast-monitor reads format {BUNDLE_FORMAT}"
+        )
+    import onnxruntime
+
+    if _version_tuple(onnxruntime.__version__) < MIN_ONNXRUNTIME:
+        need = ".".join(map(str, MIN_ONNXRUNTIME))
+        raise BundleError(
+            f"{root}: onnxruntime {onnxruntime.__version__} is too old, need >= {need}"
+        )
+    from monitor.signals import SIGNAL_NAMES
+
+    unknown = [s for s in manifest.get("signal_names") or [] if s not in SIGNAL_NAMES]
+    if unknown:
+        raise BundleError(f"{mpath}: signals {unknown} are not computed by this monitor version")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BundleError(f"{mpath}: no file hashes ('files') in the manifest")
+    for name in REQUIRED:
+        if name not in files:
+            raise BundleError(f"{mpath}: required file {name} is not listed")
+    for name, digest in files.items():
+        p = root / name
+        if not p.is_file():
+            raise BundleError(f"{p}: listed in monitor.json but missing")
+        if verify and sha256_file(p) != digest:
+            raise BundleError(f"{p}: sha256 does not match monitor.json (file changed or corrupt)")
+    return Bundle(root, manifest)

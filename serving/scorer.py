@@ -1,0 +1,233 @@
+"""The onnxruntime scorer: whole runs in one call per window, live sessions on a KV cache.
+
+No torch here: onnxruntime, tokenizers and numpy only.
+
+    scorer = Scorer.load("bundle/")
+    scores = scorer.score_run(traj)            # element k-1 = P(unresolved | steps 1..k)
+    session = scorer.session(task, agent)      # monitor Session: observe(step) -> Decision
+    raw = scorer.start(task, agent)            # ScoreSession: observe(step) -> float
+
+A live session feeds only the new step's tokens to model_kv.onnx on top of the cached keys and
+values; when the featuriser re-renders the window (it outgrew `window_tokens`), the cache is
+dropped and the whole new window is encoded once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.featurise import Featuriser, FeaturiserConfig
+from monitor.signals import SIGNAL_NAMES, SignalTracker, signal_matrix
+from monitor.types import Step, Trajectory
+from serving.bundle import Bundle, Thresholds, load_bundle
+
+log = logging.getLogger(__name__)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Numerically stable logistic function."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(
+        x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))
+    )
+
+
+def _ort_session(path: Path, threads: int | None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        opts.intra_op_num_threads = int(threads)
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+class Scorer:
+    """Scores runs with a bundle's ONNX graphs. Thread-safe (onnxruntime `run` is).
+
+    Args:
+        bundle: a loaded bundle.
+        threads: onnxruntime intra-op threads per call (None: onnxruntime's default).
+        int8: use the int8 graphs (the bundle must have been exported with --int8).
+        target: run-level FPR target for the stop threshold (None: the bundle's default).
+    """
+
+    def __init__(
+        self,
+        bundle: Bundle,
+        *,
+        threads: int | None = None,
+        int8: bool = False,
+        target: float | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.target = bundle.target if target is None else float(target)
+        self.int8 = int8
+        self.featuriser = Featuriser.from_tokenizer_file(
+            bundle.path / "tokenizer.json", FeaturiserConfig.model_validate(bundle.featuriser)
+        )
+        self.signal_index = [SIGNAL_NAMES.index(n) for n in bundle.signal_names]
+        self.full = _ort_session(bundle.graph("model.onnx", int8=int8), threads)
+        self.kv = _ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
+        self._full_inputs = {i.name for i in self.full.get_inputs()}
+        self._kv_inputs = {i.name for i in self.kv.get_inputs()}
+        kv = bundle.kv
+        self.past_names = [f"past_{t}_{i}" for i in range(kv["n_layers"]) for t in ("key", "value")]
+        self._empty_past = np.zeros((1, kv["kv_heads"], 0, kv["head_dim"]), np.float32)
+
+    @classmethod
+    def load(
+        cls,
+        bundle: str | Path,
+        *,
+        threads: int | None = None,
+        int8: bool = False,
+        target: float | None = None,
+        verify: bool = True,
+    ) -> Scorer:
+        """Load a bundle folder (hashes and versions checked) and open its graphs.
+
+        Raises:
+            BundleError: the bundle is missing files, corrupt, or of another version.
+        """
+        return cls(load_bundle(bundle, verify=verify), threads=threads, int8=int8, target=target)
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The PolicyConfig dict stored in the bundle (check schedule and halts)."""
+        return self.bundle.policy
+
+    def thresholds(self, agent: str | None) -> Thresholds:
+        """Stop/warn thresholds for `agent` at this scorer's target (pooled fallback)."""
+        return self.bundle.thresholds_for(agent, self.target)
+
+    def _signals(self, traj: Trajectory) -> np.ndarray:
+        """(n_steps, S) float32 raw signals in the bundle's column order."""
+        return signal_matrix(traj)[:, self.signal_index].astype(np.float32)
+
+    def score_run(self, traj: Trajectory) -> list[float]:
+        """P(unresolved | steps 1..k) for every k, one graph call per featuriser window."""
+        if not traj.steps:
+            return []
+        sig = self._signals(traj)
+        out = np.zeros(len(traj.steps), dtype=np.float64)
+        for w in self.featuriser.windows(traj):
+            steps = np.asarray(w.steps, dtype=np.int64)
+            feed = {
+                "input_ids": np.asarray([w.ids], dtype=np.int64),
+                "attention_mask": np.ones((1, len(w.ids)), dtype=np.int64),
+                "positions": np.asarray([w.boundaries], dtype=np.int64),
+                "signals": sig[steps - 1][None],
+            }
+            logits = self.full.run(
+                ["logits"], {k: v for k, v in feed.items() if k in self._full_inputs}
+            )[0]
+            out[steps - 1] = sigmoid(logits[0])
+        return out.tolist()
+
+    def score_prefix(self, traj: Trajectory, k: int) -> float:
+        """P(unresolved | steps 1..k) of `traj` (1 <= k <= len(traj.steps))."""
+        if not 1 <= k <= len(traj.steps):
+            raise ValueError(f"prefix length {k} outside 1..{len(traj.steps)}")
+        import dataclasses
+
+        return self.score_run(dataclasses.replace(traj, steps=traj.steps[:k]))[-1]
+
+    def start(self, task: str, agent: str | None = None) -> KVScoreSession:
+        """A ScoreSession (monitor.protocols) for a live run: observe(step) -> score."""
+        return KVScoreSession(self, task, agent)
+
+    def session(
+        self, task: str = "", agent: str | None = None, *, monitor: Any = None, run: str = ""
+    ) -> Any:
+        """A monitor Session (observe(step) -> Decision) driven by this scorer.
+
+        Args:
+            task: the problem statement.
+            agent: agent family (thresholds are per agent; unknown -> pooled + warning).
+            monitor: a monitor.session.Monitor to open it from (shares its decision log);
+                None builds one with the bundle's policy.
+            run: a name for the run in the decision log.
+        """
+        if monitor is None:
+            from monitor.policy import PolicyConfig
+            from monitor.session import Monitor
+
+            monitor = Monitor(PolicyConfig.model_validate(self.policy), scorer=self)
+        return monitor.start(task, agent, run=run)
+
+
+class KVScoreSession:
+    """One live run scored incrementally on model_kv.onnx. Thread-safe (a lock per session).
+
+    Attributes:
+        threshold: stop threshold for the session's agent (inf: no stop by score).
+        warn_threshold: warn threshold for the session's agent.
+        threshold_source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+        k: steps observed.
+        tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
+    """
+
+    def __init__(self, scorer: Scorer, task: str, agent: str | None = None) -> None:
+        self._scorer = scorer
+        self._render = scorer.featuriser.session(task, agent or "")
+        self._tracker = SignalTracker()
+        self._lock = threading.Lock()
+        self._window: list[int] = []  # ids of the current window (to rebuild the cache)
+        self._past: list[np.ndarray] | None = None  # None: no valid cache, encode the window
+        th = scorer.thresholds(agent)
+        self.threshold = th.stop
+        self.warn_threshold = th.warn
+        self.threshold_source = th.source
+        self.k = 0
+        self.tokens_encoded = 0
+        self.restarts = 0
+
+    def observe(self, step: Step) -> float:
+        """Add one step; return P(unresolved | steps so far).
+
+        Raises whatever onnxruntime raises (the monitor Session turns it into a
+        `monitor_error` decision); the next call then rebuilds the cache from the window.
+        """
+        with self._lock:
+            ids, restarted = self._render.add(step)
+            self._tracker.update(step)
+            self.k += 1
+            if restarted:
+                self._window = list(ids)
+                self._past = None
+                self.restarts += 1
+            else:
+                self._window.extend(ids)
+            sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
+            if self._past is None:
+                new, past = self._window, [self._scorer._empty_past] * len(self._scorer.past_names)
+            else:
+                new, past = list(ids), self._past
+            return self._run(new, past, sig)
+
+    def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
+        s = self._scorer
+        self._past = None  # until this call succeeds
+        total = past[0].shape[2] + len(new) if past else len(new)
+        feed = {
+            "input_ids": np.asarray([new], dtype=np.int64),
+            "attention_mask": np.ones((1, total), dtype=np.int64),
+            "signals": sig[None],
+            **dict(zip(s.past_names, past)),
+        }
+        logits, *present = s.kv.run(None, {k: v for k, v in feed.items() if k in s._kv_inputs})
+        self._past = present
+        self.tokens_encoded += len(new)
+        score = float(sigmoid(logits)[0])
+        if not math.isfinite(score):
+            raise FloatingPointError(f"non-finite score at step {self.k}")
+        return score
