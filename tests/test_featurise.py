@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -302,3 +303,27 @@ def test_real_tokenizer_file(tiny_model_dir: Path) -> None:
     decoded = tok.decode(huge.ids)
     assert "\n### step 8 bash: cat file_7.py\n" + "z\u0300" * 20 in decoded
     assert TOKEN_CUT_MARKER in decoded
+
+
+def _smollm2_tokenizer() -> Path:
+    cache = Path(os.environ.get("FAILFAST_CACHE", Path.home() / ".cache" / "failfast"))
+    path = cache / "models" / "smollm2-135m" / "tokenizer.json"
+    if not path.is_file():
+        pytest.skip(f"SmolLM2 tokenizer not converted yet at {path}")
+    return path
+
+
+def test_smollm2_tokenizer_budget_and_text() -> None:
+    """The real model's tokenizer: the default window holds, decoded windows read back."""
+    from tokenizers import Tokenizer
+
+    path = _smollm2_tokenizer()
+    f = Featuriser.from_tokenizer_file(path)
+    tok = Tokenizer.from_file(str(path))
+    assert f.encode("### step 1") == tok.encode("### step 1", add_special_tokens=False).ids
+    traj = make_traj(60, obs="E   AssertionError: \u00e9\u00e8 " * 60, task="Fix it. " * 400)
+    windows = f.windows(traj)
+    check_windows(f, traj, windows)
+    assert session_windows(f, traj) == windows
+    assert tok.decode(windows[0].ids).startswith("### agent: mini-swe-agent\n### task:\nFix it.")
+    assert max(len(w.ids) for w in windows) <= 1024 < sum(len(w.ids) for w in windows)
