@@ -54,12 +54,14 @@ def load_json(path: str | Path, *, lenient: bool = False) -> Any:
         raise TranscriptError(path, "empty file")
     try:
         return json.loads(text)
+    except RecursionError as e:
+        raise TranscriptError(path, "JSON nested too deeply to parse") from e
     except json.JSONDecodeError as e:
         if lenient:
             fixed = _TRAILING_COMMA.sub(r"\1", text)
             try:
                 obj = json.loads(fixed)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 pass
             else:
                 warnings.warn(f"{path}: not strict JSON (trailing commas); read leniently", stacklevel=2)
@@ -75,13 +77,17 @@ def load_jsonl(path: str | Path) -> list[Any]:
     text = read_text(path)
     if not text.strip():
         raise TranscriptError(path, "empty file")
-    lines = text.splitlines()
+    # Split on "\n" only: str.splitlines() also breaks at U+2028, \x0c, ... which JSON strings
+    # may hold unescaped (Node's JSON.stringify leaves U+2028 as is).
+    lines = text.split("\n")
     out = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             out.append(json.loads(line))
+        except RecursionError as e:
+            raise TranscriptError(path, f"JSON on line {i} nested too deeply to parse") from e
         except json.JSONDecodeError as e:
             if i == len(lines) and not text.endswith("\n"):
                 break  # partial last line of a growing file
