@@ -62,7 +62,8 @@ def test_refuses_with_count_when_too_few_resolved():
     a = th["per_agent"]["a"]
     assert a["n_resolved"] == 30
     msg = a["stop"]["0.05"]["refused"]
-    assert "59" in msg and "30" in msg
+    assert "59" in msg
+    assert "30" in msg
     assert "threshold" in a["stop"]["0.25"]
     assert lookup_threshold(th, "a", 0.05) == (None, "refused")
 
