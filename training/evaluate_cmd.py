@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,5 +162,5 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
         scorers = [cfg.scorer, *(n for n in cfg.score_baselines if n in result["baselines"])]
         write_plots(records, result, args.plots, scorers=scorers, n_runs=cfg.n_plot_runs)
-    print(table)
+    sys.stdout.write(table)
     return 0
