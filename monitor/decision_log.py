@@ -50,7 +50,8 @@ class DecisionLog:
     Args:
         sink: a text stream that gets one JSON line per decision; None: the
             `failfast.decisions` logger at DEBUG level.
-        log_continue: also write lines for plain "continue / ok" decisions (always counted).
+        log_continue: also write lines for plain "continue / ok" decisions (always counted);
+            the "end" record of a run is always written, so a log lists every run.
     """
 
     def __init__(self, sink: TextIO | None = None, *, log_continue: bool = False) -> None:
@@ -71,11 +72,12 @@ class DecisionLog:
     ) -> None:
         """Count a decision and write its line (see `decision_record`)."""
         with self._lock:
-            self.decisions[(decision.action, decision.reason)] += 1
+            if event != "end":  # the end record repeats the last decision: count its flags only
+                self.decisions[(decision.action, decision.reason)] += 1
             for f in decision.flags:
                 self.flags[f.name] += 1
         quiet = decision.action == "continue" and decision.reason == "ok" and not decision.flags
-        if quiet and not self.log_continue:
+        if quiet and event != "end" and not self.log_continue:
             return
         if self.sink is None and not logger.isEnabledFor(logging.DEBUG):
             return

@@ -17,6 +17,7 @@ A failing scorer never breaks the run: the decision is "continue" with reason "m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -147,7 +148,7 @@ class Session:
             self._last_error = _last_line(step.observation)
         flags = self._flags(step, k)
         if self.stopped is not None:
-            return self.stopped
+            return dataclasses.replace(self.stopped, flags=flags) if flags else self.stopped
 
         score: float | None = None
         failed = False
@@ -193,17 +194,24 @@ class Session:
             return self.tracker.call_count(call_key(name, "", args))
         return self.tracker.call_count(call_key(name, str(args)))
 
-    def end(self, submission: str | None = None) -> list[Flag]:
-        """The run is over: flags that only the end can raise (final diff, unsupported claim)."""
+    def end(self, submission: str | None = None, *, resolved: bool | None = None) -> list[Flag]:
+        """The run is over: raise the flags only the end can raise and log an "end" record.
+
+        Args:
+            submission: the final diff (default: the last `diff` the harness set).
+            resolved: the verdict when known (replays), so logs can be reported by label.
+
+        Returns:
+            The flags raised at the end (final diff scope, unsupported completion).
+        """
         flags = self.flag_tracker.end(self.k, self.diff if submission is None else submission)
-        if flags:
-            d = Decision(
-                self.stopped.action if self.stopped else "continue",
-                self.stopped.reason if self.stopped else "ok",
-                step=self.k,
-                flags=flags,
-            )
-            self.log.record(d, run=self.run, agent=self.agent, event="end")
+        d = Decision(
+            self.stopped.action if self.stopped else "continue",
+            self.stopped.reason if self.stopped else "ok",
+            step=self.k,
+            flags=flags,
+        )
+        self.log.record(d, run=self.run, agent=self.agent, resolved=resolved, event="end")
         return flags
 
     def _flags(self, step: Step, k: int) -> list[Flag]:

@@ -166,7 +166,7 @@ class SignalTracker:
             v["format_errors"] += 1
             v["format_error_streak"] += 1
             return
-        v["format_error_streak"] = 0
+        v["format_error_streak"] = 0.0
 
         if step.is_error:
             v["errors"] += 1
@@ -174,7 +174,7 @@ class SignalTracker:
             if v["error_streak"] > v["max_error_streak"]:
                 v["max_error_streak"] = v["error_streak"]
         else:
-            v["error_streak"] = 0
+            v["error_streak"] = 0.0
 
         obs = step.observation
         obs_h = hash(obs) if obs else 0
@@ -185,7 +185,7 @@ class SignalTracker:
                 v["no_new_info_streak"] += 1
             else:
                 self._obs_seen.add(obs_h)
-                v["no_new_info_streak"] = 0
+                v["no_new_info_streak"] = 0.0
 
         has_call = kind in ("action", "submit") and bool(step.action or step.tool)
         if not has_call:
@@ -193,34 +193,34 @@ class SignalTracker:
             if kind == "message" and text == self._prev_message:
                 v["monologue_run"] += 1
             else:
-                v["monologue_run"] = 1 if kind == "message" else 0
+                v["monologue_run"] = 1.0 if kind == "message" else 0.0
             self._prev_message = text if kind == "message" else None
             self._bump_stuck("monologue_run")
             v["since_edit"] += 1
             return
         self._prev_message = None
-        v["monologue_run"] = 0
+        v["monologue_run"] = 0.0
         v["tool_calls"] += 1
 
         key = call_key(step.tool, step.action, step.args)
         count = self._calls.get(key, 0) + 1
         self._calls[key] = count
-        v["last_repeat"] = count
+        v["last_repeat"] = float(count)
         if count > v["max_repeat"]:
-            v["max_repeat"] = count
+            v["max_repeat"] = float(count)
             self.top_call = key
 
         pair = (key, obs_h)
-        v["same_pair_run"] = v["same_pair_run"] + 1 if pair == self._prev_pair else 1
+        v["same_pair_run"] = v["same_pair_run"] + 1 if pair == self._prev_pair else 1.0
         same_action = key == self._prev_key
         if step.is_error:
-            v["action_error_run"] = v["action_error_run"] + 1 if same_action else 1
+            v["action_error_run"] = v["action_error_run"] + 1 if same_action else 1.0
         else:
-            v["action_error_run"] = 0
+            v["action_error_run"] = 0.0
         if pair == self._prev2_pair and pair != self._prev_pair:
-            v["alternation_run"] = v["alternation_run"] + 1 if v["alternation_run"] else 3
+            v["alternation_run"] = v["alternation_run"] + 1 if v["alternation_run"] else 3.0
         else:
-            v["alternation_run"] = 0
+            v["alternation_run"] = 0.0
         self._prev2_pair, self._prev_pair, self._prev_key = self._prev_pair, pair, key
         self.last_key = key
         for name in ("same_pair_run", "action_error_run", "alternation_run"):
@@ -228,7 +228,7 @@ class SignalTracker:
 
         if is_edit(step):
             v["edits"] += 1
-            v["since_edit"] = 0
+            v["since_edit"] = 0.0
         else:
             v["since_edit"] += 1
         if is_test_run(step):
