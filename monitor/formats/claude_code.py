@@ -50,7 +50,7 @@ def sniff(path: Path, head: bytes) -> bool:
     """True for stream-json lines (`type` + `session_id`) or session-log lines (`sessionId`)."""
     recs = head_records(head)
     for r in recs:
-        kind = r.get("type")
+        kind = as_str(r.get("type"))
         if kind not in _TYPES:
             continue
         if "session_id" in r or "sessionId" in r or "parent_tool_use_id" in r:
@@ -211,7 +211,7 @@ def read(path: Path) -> Trajectory:
     """Parse a Claude Code stream-json transcript or session log into the main agent's steps."""
     path = Path(path)
     records = [r for r in load_jsonl(path) if isinstance(r, dict)]
-    if not any(r.get("type") in _TYPES for r in records):
+    if not any(as_str(r.get("type")) in _TYPES for r in records):
         raise TranscriptError(path, "no Claude Code records (type system/assistant/user/result)")
     b = _Builder()
     task = ""

@@ -59,7 +59,7 @@ def sniff(path: Path, head: bytes) -> bool:
     """True when the lines are codex ThreadEvents (`thread.started`, `turn.*`, `item.*`)."""
     recs = head_records(head)
     if recs:
-        kinds = [r.get("type") for r in recs]
+        kinds = [as_str(r.get("type")) for r in recs]
         return all(k in _EVENTS for k in kinds) and any(k != "error" for k in kinds)
     return head.lstrip()[:1] == b"{" and _HEAD_RE.search(head[:4096]) is not None
 
@@ -168,7 +168,7 @@ def read(path: Path) -> Trajectory:
     """Parse a `codex exec --json` stream into steps, with per-turn usage spread over them."""
     path = Path(path)
     events = [e for e in load_jsonl(path) if isinstance(e, dict)]
-    if not any(e.get("type") in _EVENTS for e in events):
+    if not any(as_str(e.get("type")) in _EVENTS for e in events):
         raise TranscriptError(path, "no codex exec events (thread.started, turn.*, item.*)")
     thread = ""
     order: list[str] = []  # item ids in order of first appearance
@@ -206,7 +206,7 @@ def read(path: Path) -> Trajectory:
     thought: list[str] = []
     for item_id in order:
         item = latest[item_id]
-        kind = item.get("type")
+        kind = as_str(item.get("type"))
         if kind == "reasoning":
             thought.append(as_str(item.get("text")))
             continue
