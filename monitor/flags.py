@@ -184,8 +184,17 @@ class FlagTracker:
             )
         return out
 
-    def update(self, step: Step, k: int) -> list[Flag]:
-        """Fold step k (1-based) in; return the flags it raises."""
+    def update(
+        self, step: Step, k: int, *, edit: bool | None = None, test: bool | None = None
+    ) -> list[Flag]:
+        """Fold step k (1-based) in; return the flags it raises.
+
+        Args:
+            step: the step.
+            k: its 1-based position.
+            edit, test: whether it edits files / runs tests, when the caller already knows
+                (SignalTracker.last_edit / last_test); computed here when None.
+        """
         out: list[Flag] = []
         if step.kind == "compaction":
             self._compacted_at = k
@@ -193,9 +202,9 @@ class FlagTracker:
         words = step.action.split(None, 2)
         if len(words) > 1 and words[0] == "open":
             self._open_file = clean_path(words[1])
-        if is_edit(step):
+        if edit if edit is not None else is_edit(step):
             out += self.add_files(edited_files(step, self._open_file), k)
-        if is_test_run(step):
+        if test if test is not None else is_test_run(step):
             obs = step.observation
             lines = _SUMMARY.findall(obs[-4000:])
             self._last_test = (

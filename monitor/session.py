@@ -215,7 +215,8 @@ class Session:
         return flags
 
     def _flags(self, step: Step, k: int) -> list[Flag]:
-        flags = self.flag_tracker.update(step, k)
+        tr = self.tracker
+        flags = self.flag_tracker.update(step, k, edit=tr.last_edit, test=tr.last_test)
         if self.diff and self.diff is not self._seen_diff:
             self._seen_diff = self.diff
             flags += self.flag_tracker.add_files(diff_files(self.diff), k)

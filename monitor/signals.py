@@ -77,12 +77,18 @@ EDIT_TOOLS = frozenset(
     }
 )
 _VIEW_COMMANDS = frozenset({"view", "read", "undo_edit"})
-# Shell commands that write files: sed -i, redirection into a file, heredoc cat, tee, patch.
-_SHELL_EDIT = re.compile(
-    r"\bsed\s+(?:-\w+\s+)*-i|\bcat\s+(?:<<|>)|(?<![<>&0-9])>\s*[\w./-]+\.\w+|\btee\s|"
-    r"\bgit\s+apply\b|\bpatch\s+-p|^\s*(?:edit|create|insert|str_replace|append)\b|"
-    r"\bperl\s+-p?i|\.write_text\(|open\([^)]*['\"]w['\"]"
+# Shell commands that write files: (literal that must be present, pattern). The literal
+# pre-check keeps the common case (no such literal) free of regex scans.
+_SHELL_EDITS = (
+    (">", re.compile(r"\bcat\s+(?:<<|>)|(?<![<>&0-9])>\s*[\w./-]+\.\w+")),
+    ("sed", re.compile(r"\bsed\s+(?:-\w+\s+)*-i")),
+    ("tee", re.compile(r"\btee\s")),
+    ("apply", re.compile(r"\bgit\s+apply\b")),
+    ("patch", re.compile(r"\bpatch\s+-p")),
+    ("perl", re.compile(r"\bperl\s+-p?i")),
+    ("write", re.compile(r"\.write_text\(|\.write\(")),
 )
+_EDIT_COMMANDS = frozenset({"edit", "create", "insert", "str_replace", "append"})
 _TEST_RUN = re.compile(
     r"\bpytest\b|\bpy\.test\b|-m\s+unittest\b|\btox\b|runtests\.py|manage\.py\s+test\b|"
     r"\bnosetests\b|\b(?:npm|yarn|pnpm)\s+(?:run\s+)?test\b|\bgo\s+test\b|\bcargo\s+test\b|"
@@ -107,12 +113,21 @@ def is_edit(step: Step) -> bool:
             return False
         head = step.action.split(None, 2)
         return not (len(head) > 1 and head[0].lower() == tool and head[1].lower() in _VIEW_COMMANDS)
-    return bool(step.action) and _SHELL_EDIT.search(step.action[:_SCAN]) is not None
+    text = step.action[:_SCAN]
+    if not text:
+        return False
+    words = text.split(None, 1)
+    if words and words[0] in _EDIT_COMMANDS:
+        return True
+    return any(lit in text and rx.search(text) is not None for lit, rx in _SHELL_EDITS)
 
 
 def is_test_run(step: Step) -> bool:
     """True when the step runs a test suite (pytest, unittest, tox, Django runner, ...)."""
-    return bool(step.action) and _TEST_RUN.search(step.action[:_SCAN]) is not None
+    text = step.action[:_SCAN]
+    if "test" not in text and "tox" not in text:
+        return False
+    return _TEST_RUN.search(text) is not None
 
 
 def test_failed(step: Step) -> bool:
@@ -141,12 +156,17 @@ class SignalTracker:
         """Key of the most repeated call (see monitor.normalise.short_call)."""
         self.last_key: str = ""
         """Key of the last tool call ("" before the first)."""
+        self.last_edit = False
+        """Whether the last tool call edited files."""
+        self.last_test = False
+        """Whether the last tool call ran tests."""
         self.compaction_steps: list[int] = []
         """1-based step numbers at which the context was compacted."""
 
     def update(self, step: Step) -> None:
         """Fold one step into the signals."""
         v = self._v
+        self.last_edit = self.last_test = False
         v["steps"] += 1
         n = v["steps"]
         v["tokens"] += step.tokens_in + step.tokens_out
@@ -226,12 +246,14 @@ class SignalTracker:
         for name in ("same_pair_run", "action_error_run", "alternation_run"):
             self._bump_stuck(name)
 
-        if is_edit(step):
+        self.last_edit = is_edit(step)
+        self.last_test = is_test_run(step)
+        if self.last_edit:
             v["edits"] += 1
             v["since_edit"] = 0.0
         else:
             v["since_edit"] += 1
-        if is_test_run(step):
+        if self.last_test:
             v["test_runs"] += 1
             v["last_test_failed"] = 1.0 if test_failed(step) else 0.0
 
