@@ -220,7 +220,7 @@ def _group_entry(
         fp = int((rmax >= t).sum())
         thresholds.append(t)
         stop[target_key(target)] = {
-            "threshold": t,
+            "threshold": float(t),
             "fpr_val": fp / n,
             "fpr_upper_bound": fpr_upper_bound(fp, n, confidence=cfg.confidence),
         }
