@@ -222,7 +222,7 @@ class KVScoreSession:
             "input_ids": np.asarray([new], dtype=np.int64),
             "attention_mask": np.ones((1, total), dtype=np.int64),
             "signals": sig[None],
-            **dict(zip(s.past_names, past)),
+            **dict(zip(s.past_names, past, strict=True)),
         }
         logits, *present = s.kv.run(None, {k: v for k, v in feed.items() if k in s._kv_inputs})
         self._past = present

@@ -38,12 +38,18 @@ INT8_SUFFIX = ".int8"
 class ExportConfig(StrictModel):
     """Options of `failfast export`."""
 
-    opset: int = Field(17, ge=14, description="ONNX opset of the exported graphs.")
-    int8: bool = Field(False, description="Also write int8 dynamically quantised graphs.")
-    atol: float = Field(1e-4, gt=0, description="Largest allowed |onnxruntime - torch| logit.")
-    check_batch: int = Field(3, ge=1, description="Batch size of the post-export check.")
-    check_length: int = Field(53, ge=8, description="Sequence length of the post-export check.")
-    target: float = Field(0.05, gt=0, lt=1, description="Run-level FPR target served by default.")
+    opset: int = Field(default=17, ge=14, description="ONNX opset of the exported graphs.")
+    int8: bool = Field(default=False, description="Also write int8 dynamically quantised graphs.")
+    atol: float = Field(
+        default=1e-4, gt=0, description="Largest allowed |onnxruntime - torch| logit."
+    )
+    check_batch: int = Field(default=3, ge=1, description="Batch size of the post-export check.")
+    check_length: int = Field(
+        default=53, ge=8, description="Sequence length of the post-export check."
+    )
+    target: float = Field(
+        default=0.05, gt=0, lt=1, description="Run-level FPR target served by default."
+    )
 
 
 @dataclass
@@ -55,12 +61,14 @@ class ExportReport:
         kv_max_abs_diff: same for model_kv.onnx fed in two chunks (past + new tokens).
         int8_max_abs_diff: largest |int8 - fp32| logit (None without --int8).
         files: graph files written (relative to the bundle).
+        notes: lines for the user (e.g. the int8 AUROC change).
     """
 
     full_max_abs_diff: float = 0.0
     kv_max_abs_diff: float = 0.0
     int8_max_abs_diff: float | None = None
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 class FullGraph(torch.nn.Module):
@@ -219,7 +227,7 @@ def export_graphs(model: torch.nn.Module, out: Path, cfg: ExportConfig) -> Expor
         ("model.onnx", report.full_max_abs_diff),
         ("model_kv.onnx", report.kv_max_abs_diff),
     ):
-        print(f"{name}: max |onnxruntime - torch| = {diff:.3g} (fp32, limit {cfg.atol:g})")
+        log.info("%s: max |onnxruntime - torch| = %.3g (fp32, limit %g)", name, diff, cfg.atol)
         if not diff <= cfg.atol:
             raise BundleError(
                 f"{out / name}: onnxruntime differs from torch by {diff:.3g} > {cfg.atol:g}"
@@ -270,7 +278,7 @@ def check_kv(model: torch.nn.Module, path: Path, cfg: ExportConfig) -> float:
             "input_ids": ids[:, a:b].numpy(),
             "attention_mask": np.ones((1, b), np.int64),
             "signals": signals[:, j].numpy().astype(np.float32),
-            **dict(zip(past_names, past)),
+            **dict(zip(past_names, past, strict=True)),
         }
         logits, *past = _run(sess, None, feed)
         got.append(float(logits[0]))
@@ -411,7 +419,7 @@ def write_bundle(
     if cfg.int8:
         report.files += quantize_int8(out)
         report.int8_max_abs_diff = int8_diff(model, out, cfg)
-        print(f"model.int8.onnx: max |int8 - fp32| = {report.int8_max_abs_diff:.3g}")
+        log.info("model.int8.onnx: max |int8 - fp32| = %.3g", report.int8_max_abs_diff)
     shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
@@ -447,7 +455,7 @@ def write_bundle(
     }
     (out / "README.md").write_text(model_card(manifest))
     write_manifest(out, manifest)
-    print(f"bundle written to {out}")
+    log.info("bundle written to %s", out)
     return report
 
 
@@ -506,3 +514,41 @@ def model_card(manifest: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def int8_auroc_change(
+    bundle: str | Path, runs: list[Any], *, max_runs: int = 80
+) -> dict[str, dict[str, float]]:
+    """Validation AUROC over all prefixes (label = run unresolved), fp32 vs int8 graphs.
+
+    Args:
+        bundle: a bundle exported with int8 graphs.
+        runs: labelled validation runs (never training runs).
+        max_runs: at most this many runs (evenly spaced over `runs`, to bound the time).
+
+    Returns:
+        {group: {"fp32": auroc, "int8": auroc, "delta": int8 - fp32, "runs": n}} per agent and
+        "pooled"; a group with one class only is left out.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    from serving.scorer import Scorer
+
+    runs = [r for r in runs if r.resolved is not None and r.steps]
+    if len(runs) > max_runs:
+        runs = [runs[i] for i in np.linspace(0, len(runs) - 1, max_runs).astype(int)]
+    fp32, int8 = Scorer.load(bundle), Scorer.load(bundle, int8=True, verify=False)
+    rows: dict[str, list[tuple[int, list[float], list[float]]]] = {}
+    for r in runs:
+        item = (int(not r.resolved), fp32.score_run(r), int8.score_run(r))
+        rows.setdefault(r.agent, []).append(item)
+        rows.setdefault("pooled", []).append(item)
+    out: dict[str, dict[str, float]] = {}
+    for group, items in sorted(rows.items()):
+        y = np.concatenate([[lab] * len(a) for lab, a, _ in items])
+        if len(set(y.tolist())) < 2:
+            continue
+        a = roc_auc_score(y, np.concatenate([a for _, a, _ in items]))
+        b = roc_auc_score(y, np.concatenate([b for _, _, b in items]))
+        out[group] = {"fp32": float(a), "int8": float(b), "delta": float(b - a), "runs": len(items)}
+    return out

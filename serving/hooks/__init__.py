@@ -1,0 +1,1 @@
+"""Harness hooks: a mini-swe-agent agent wrapper and a Claude Code command hook."""

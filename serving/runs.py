@@ -1,0 +1,124 @@
+"""Scoring a whole (finished or partial) run and replaying the decision policy over it.
+
+Scores come from one graph call per featuriser window (Scorer.score_run); the monitor policy
+(heuristic halts, check schedule, thresholds) is then replayed step by step on those scores, so
+a finished transcript gets the same decisions a live session would have given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from monitor.policy import PolicyConfig
+from monitor.session import Monitor
+from monitor.types import Decision, Step, Trajectory
+
+
+class _ReplaySession:
+    """A ScoreSession returning precomputed scores in order."""
+
+    def __init__(self, scores: Sequence[float], threshold: float, warn_threshold: float) -> None:
+        self._scores = list(scores)
+        self.threshold = threshold
+        self.warn_threshold = warn_threshold
+        self._k = 0
+
+    def observe(self, step: Step) -> float:
+        self._k += 1
+        return self._scores[self._k - 1]
+
+
+class _ReplayScorer:
+    def __init__(self, session: _ReplaySession) -> None:
+        self._session = session
+
+    def start(self, task: str, agent: str | None = None) -> _ReplaySession:
+        return self._session
+
+    def score_run(self, traj: Trajectory) -> list[float]:  # pragma: no cover - protocol only
+        return list(self._session._scores)
+
+
+@dataclass
+class RunResult:
+    """Scores and decisions of one run.
+
+    Attributes:
+        scores: element k-1 = P(unresolved | steps 1..k).
+        decisions: the Decision after each step (the stop decision repeats once stopped).
+        stop: the first stop decision, None when the run was never stopped.
+        threshold, warn_threshold: the thresholds used; threshold_source says where from.
+    """
+
+    scores: list[float] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    stop: Decision | None = None
+    threshold: float | None = None
+    warn_threshold: float | None = None
+    threshold_source: str = ""
+
+    @property
+    def final(self) -> Decision:
+        """The stop decision when there was one, else the last decision."""
+        if self.stop is not None:
+            return self.stop
+        return self.decisions[-1] if self.decisions else Decision("continue", step=0)
+
+    def to_dict(self, *, all_decisions: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "n_steps": len(self.scores),
+            "scores": self.scores,
+            "threshold": self.threshold,
+            "warn_threshold": self.warn_threshold,
+            "threshold_source": self.threshold_source,
+            "stop_step": self.stop.step if self.stop else None,
+            "decision": self.final.to_dict(),
+        }
+        if all_decisions:
+            d["decisions"] = [x.to_dict() for x in self.decisions]
+        return d
+
+
+def _finite(x: float) -> float | None:
+    return x if x != float("inf") else None
+
+
+def score_transcript(
+    scorer: Any,
+    traj: Trajectory,
+    *,
+    policy: PolicyConfig | None = None,
+    monitor: Monitor | None = None,
+) -> RunResult:
+    """Score every prefix of `traj` and replay the policy to get a Decision per step.
+
+    Args:
+        scorer: a serving.Scorer.
+        traj: the run (finished or partial).
+        policy: decision policy; None: the bundle's.
+        monitor: a Monitor whose decision log should count these decisions (its policy is used).
+    """
+    scores = scorer.score_run(traj)
+    th = scorer.thresholds(traj.agent or None)
+    replay = _ReplaySession(scores, th.stop, th.warn)
+    if monitor is not None:
+        mon = Monitor(monitor.config, scorer=_ReplayScorer(replay), log=monitor.log)
+    else:
+        cfg = policy or PolicyConfig.model_validate(scorer.policy)
+        mon = Monitor(cfg, scorer=_ReplayScorer(replay))
+    session = mon.start(traj.task, traj.agent or None, run=traj.id)
+    session.diff = traj.submission
+    result = RunResult(
+        scores=scores,
+        threshold=_finite(th.stop),
+        warn_threshold=_finite(th.warn),
+        threshold_source=th.source,
+    )
+    for step in traj.steps:
+        d = session.observe(step)
+        result.decisions.append(d)
+        if d.stop and result.stop is None:
+            result.stop = d
+    return result
