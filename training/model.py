@@ -1,0 +1,176 @@
+"""PrefixClassifier: P(run ends unresolved | prefix) from a causal LM's hidden state at a step boundary.
+
+A (possibly truncated) decoder-only backbone encodes a run's rendering once; the hidden state at the
+last token of step k, concatenated with the standardised loop signals after step k, goes through
+one linear layer. sigmoid(logit) is the score. See the shared MODEL_CONTRACT for the saved layout:
+
+    model/  config.json + model.safetensors   the backbone as a HF folder (truncated, LoRA merged)
+            tokenizer.json (+ tokenizer_config.json)
+            head.safetensors                  head.weight, head.bias, signal_mean, signal_std
+            classifier.json                   {n_layers, hidden, signal_names, head_kind, base,
+                                               featuriser}
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from monitor.errors import BundleError
+from training.backbone import load_backbone, resolve_base
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+class PrefixClassifier(torch.nn.Module):
+    """Backbone + linear head over [hidden at a step boundary ; standardised signals].
+
+    Args:
+        backbone: a transformers base model (AutoModel, e.g. LlamaModel) returning
+            `last_hidden_state`.
+        signal_names: names of the signal columns appended to the hidden state (may be empty).
+    """
+
+    def __init__(self, backbone: torch.nn.Module, signal_names: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.signal_names = list(signal_names)
+        n_signals = len(self.signal_names)
+        self.hidden = int(backbone.config.hidden_size)
+        self.head = torch.nn.Linear(self.hidden + n_signals, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.register_buffer("signal_mean", torch.zeros(n_signals))
+        self.register_buffer("signal_std", torch.ones(n_signals))
+
+    @property
+    def n_signals(self) -> int:
+        return len(self.signal_names)
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Last hidden state (after the final norm): (B, T) ids -> (B, T, H)."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state
+
+    def head_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
+        """Logits from boundary hidden states (B, P, H) and raw signals (B, P, S) -> (B, P)."""
+        if self.n_signals:
+            z = (signals.to(hidden.dtype) - self.signal_mean) / self.signal_std
+            hidden = torch.cat([hidden, z], dim=-1)
+        return self.head(hidden).squeeze(-1)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        signals: torch.Tensor,
+    ) -> torch.Tensor:
+        """Logits at step boundaries.
+
+        Args:
+            input_ids: (B, T) int64.
+            attention_mask: (B, T) int64, 1 on real tokens (right padding).
+            positions: (B, P) int64 indices into T of the step boundaries to score.
+            signals: (B, P, S) float32 raw signal values after each of those steps.
+
+        Returns:
+            (B, P) float32 logits; score = sigmoid(logits).
+        """
+        h = self.features(input_ids, attention_mask)  # (B, T, H)
+        idx = positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])  # (B, P, H)
+        return self.head_logits(torch.gather(h, 1, idx), signals)
+
+
+def build_classifier(
+    base: str, n_layers: int | None, signal_names: Sequence[str], dtype: str = "float32"
+) -> PrefixClassifier:
+    """A fresh classifier (zero head) on the base checkpoint truncated to `n_layers`."""
+    backbone = load_backbone(resolve_base(base), n_layers, dtype)
+    return PrefixClassifier(backbone, signal_names)
+
+
+def save_classifier(
+    model: PrefixClassifier,
+    out: str | Path,
+    *,
+    tokenizer_dir: str | Path,
+    base: str,
+    head_kind: str,
+    featuriser: dict[str, Any],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write `model` as the folder described in the module docstring.
+
+    Args:
+        model: the classifier (a LoRA backbone must already be merged).
+        out: destination folder (created).
+        tokenizer_dir: folder holding tokenizer.json of the base.
+        base: `model.base` as configured (recorded, not used to load).
+        head_kind: "probe", "lora" or "full".
+        featuriser: the FeaturiserConfig as a dict.
+        extra: more keys for classifier.json (e.g. how the head was fitted).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.backbone.save_pretrained(out, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        src = Path(tokenizer_dir) / name
+        if src.is_file():
+            shutil.copyfile(src, out / name)
+    if not (out / "tokenizer.json").is_file():
+        raise BundleError(f"{tokenizer_dir}: no tokenizer.json to save beside the model")
+    tensors = {
+        "head.weight": model.head.weight.detach().float().contiguous(),
+        "head.bias": model.head.bias.detach().float().contiguous(),
+        "signal_mean": model.signal_mean.detach().float().contiguous(),
+        "signal_std": model.signal_std.detach().float().contiguous(),
+    }
+    save_file(tensors, str(out / "head.safetensors"))
+    meta = {
+        "n_layers": int(model.backbone.config.num_hidden_layers),
+        "hidden": model.hidden,
+        "signal_names": model.signal_names,
+        "head_kind": head_kind,
+        "base": base,
+        "featuriser": featuriser,
+        **(extra or {}),
+    }
+    (out / "classifier.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return out
+
+
+def read_classifier_meta(path: str | Path) -> dict[str, Any]:
+    """classifier.json of a saved model folder, with a clear error when it is missing."""
+    f = Path(path) / "classifier.json"
+    try:
+        return dict(json.loads(f.read_text()))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{f}: cannot read classifier metadata: {e}") from e
+
+
+def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifier:
+    """Load a folder written by `save_classifier` (eval mode)."""
+    path = Path(path)
+    meta = read_classifier_meta(path)
+    backbone = load_backbone(path, None, dtype)
+    model = PrefixClassifier(backbone, meta.get("signal_names", []))
+    try:
+        tensors = load_file(str(path / "head.safetensors"))
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{path / 'head.safetensors'}: cannot read head: {e}") from e
+    want = {"head.weight", "head.bias", "signal_mean", "signal_std"}
+    if set(tensors) != want:
+        raise BundleError(f"{path / 'head.safetensors'}: expected tensors {sorted(want)}")
+    with torch.no_grad():
+        model.head.weight.copy_(tensors["head.weight"])
+        model.head.bias.copy_(tensors["head.bias"])
+        model.signal_mean.copy_(tensors["signal_mean"])
+        model.signal_std.copy_(tensors["signal_std"])
+    return model.eval()

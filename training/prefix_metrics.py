@@ -1,0 +1,70 @@
+"""AUROC of per-prefix scores, per agent first (the figures in metrics.json).
+
+Failure rates differ by agent, so a pooled AUROC mostly measures which agent wrote the transcript;
+the per-agent figures come first and model selection uses their mean.
+
+- At fraction f: each run scored once, at k = ceil(f * n) (n = its steps), as in
+  training.evaluation.
+- overall: every prefix k = 1..n of every run, each run carrying total weight 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from training.records import RunRecord
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+def _auroc(y: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> float | None:
+    if len(np.unique(y)) < 2:
+        return None
+    return float(roc_auc_score(y, s, sample_weight=w))
+
+
+def auroc_scores(records: Sequence[RunRecord], *, scorer: str) -> dict[str, float | None]:
+    """AUROC (positive = unresolved) at 25/50/75 % of each run and over all prefixes."""
+    recs = [r for r in records if r.n_steps and scorer in r.scores]
+    y = np.array([0 if r.resolved else 1 for r in recs])
+    out: dict[str, float | None] = {}
+    for f in FRACTIONS:
+        s = np.array([r.scores[scorer][max(1, math.ceil(f * r.n_steps)) - 1] for r in recs])
+        out[f"{f:g}"] = _auroc(y, s)
+    if recs:
+        ys = np.concatenate([np.full(r.n_steps, y[i]) for i, r in enumerate(recs)])
+        ss = np.concatenate([r.scores[scorer] for r in recs])
+        ws = np.concatenate([np.full(r.n_steps, 1.0 / r.n_steps) for r in recs])
+        out["overall"] = _auroc(ys, ss, ws)
+    else:
+        out["overall"] = None
+    return out
+
+
+def auroc_report(records: Sequence[RunRecord], *, scorers: Sequence[str]) -> dict:
+    """{"per_agent": {agent: {"runs", "unresolved", scorer: {...}}}, "pooled": {...},
+    "mean_per_agent": {scorer: {...}}} with AUROCs from `auroc_scores`."""
+    agents = sorted({r.agent for r in records})
+    per_agent: dict[str, dict] = {}
+    for a in agents:
+        recs = [r for r in records if r.agent == a]
+        entry: dict = {"runs": len(recs), "unresolved": sum(not r.resolved for r in recs)}
+        for name in scorers:
+            entry[name] = auroc_scores(recs, scorer=name)
+        per_agent[a] = entry
+    pooled: dict = {"runs": len(records), "unresolved": sum(not r.resolved for r in records)}
+    mean: dict = {}
+    for name in scorers:
+        pooled[name] = auroc_scores(records, scorer=name)
+        keys = [*(f"{f:g}" for f in FRACTIONS), "overall"]
+        mean[name] = {k: _mean([per_agent[a][name][k] for a in agents]) for k in keys}
+    return {"per_agent": per_agent, "mean_per_agent": mean, "pooled": pooled}
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return float(np.mean(vals)) if vals else None
