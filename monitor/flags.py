@@ -43,6 +43,9 @@ class FlagConfig(StrictModel):
         description="A new file touched at or after this step, beyond the expected count, is late growth.",
     )
     unsupported_completion: bool = Field(default=True, description="Raise unsupported_completion.")
+    completion_skipped: bool = Field(
+        default=True, description="Count skipped tests in the last test run as unsupported."
+    )
     spec_forgotten: bool = Field(default=True, description="Raise spec_forgotten.")
     spec_overlap: float = Field(
         default=0.6, description="Share of a question's content words found in the task to flag it."
@@ -60,6 +63,7 @@ _SHELL_TARGET = re.compile(
 _SUBMIT = re.compile(
     r"^\s*submit\b|COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT|MINI_SWE_AGENT_FINAL_OUTPUT"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SKIPPED = re.compile(r"\b\d+ skipped\b|\(skipped=\d+\)|\bSKIPPED\b")
 _SUMMARY = re.compile(
     r"^(?:=+ .*\b(?:passed|failed|error|skipped)\b.*=+|Ran \d+ tests?.*|OK\b.*|FAILED \(.*)$",
@@ -136,7 +140,9 @@ class FlagTracker:
         self.named = task_files(task)
         self._task_words = _content_words(task)
         self.files: dict[str, int] = {}
-        """File -> step (1-based) at which it was first touched."""
+        """File in the run's diff -> step (1-based) at which the diff first showed it."""
+        self.edited: dict[str, int] = {}
+        """File the transcript shows an edit of -> first step (scratch files included)."""
         self._open_file = ""
         self._last_test: tuple[int, bool, bool, str] | None = None
         self._compacted_at = 0
@@ -152,11 +158,21 @@ class FlagTracker:
         """Files a run may touch before scope_widening is raised."""
         cfg = self.config
         if cfg.scope_files_cap is not None:
-            return max(cfg.scope_files_cap, cfg.scope_min_files)
+            return cfg.scope_files_cap
         return max(cfg.scope_min_files, cfg.scope_factor * max(1, len(self.named)))
 
-    def add_files(self, files: Iterable[str], k: int) -> list[Flag]:
-        """Record touched files at step k; return scope flags this raises."""
+    def add_files(self, files: Iterable[str], k: int, *, late: bool = True) -> list[Flag]:
+        """Record the files of the run's diff at step k; return scope flags this raises.
+
+        Only diffs count for scope (the harness's current diff, the final submission): files
+        edited in the transcript include scratch scripts that never reach the diff.
+
+        Args:
+            files: files the diff touches now.
+            k: the step.
+            late: check late growth too (live diffs; not for the final submission, whose
+                step says nothing about when a file was first touched).
+        """
         out: list[Flag] = []
         new = [f for f in files if f and f not in self.files and not f.startswith("/tmp/")]
         for f in new:
@@ -173,7 +189,7 @@ class FlagTracker:
                 limit=self.scope_limit(),
                 why="touches more files than the task suggests",
             )
-        if k >= self.config.scope_late_step and len(self.files) > max(1, len(self.named)):
+        if late and k >= self.config.scope_late_step and len(self.files) > max(1, len(self.named)):
             out += self._raise(
                 "scope_late",
                 "scope_widening",
@@ -203,14 +219,15 @@ class FlagTracker:
         if len(words) > 1 and words[0] == "open":
             self._open_file = clean_path(words[1])
         if edit if edit is not None else is_edit(step):
-            out += self.add_files(edited_files(step, self._open_file), k)
+            for f in edited_files(step, self._open_file):
+                self.edited.setdefault(f, k)
         if test if test is not None else is_test_run(step):
-            obs = step.observation
-            lines = _SUMMARY.findall(obs[-4000:])
+            obs = _ANSI.sub("", step.observation[-4000:])
+            lines = _SUMMARY.findall(obs)
             self._last_test = (
                 k,
                 test_failed(step),
-                _SKIPPED.search(obs[-4000:]) is not None,
+                self.config.completion_skipped and _SKIPPED.search(obs) is not None,
                 (lines[-1] if lines else obs.strip()[-160:]).strip(),
             )
         if self.config.spec_forgotten:
@@ -274,7 +291,7 @@ class FlagTracker:
 
     def end(self, k: int, submission: str = "") -> list[Flag]:
         """The run ended at step k with this final diff: last chance for scope and completion."""
-        out = self.add_files(diff_files(submission), k) if submission else []
+        out = self.add_files(diff_files(submission), k, late=False) if submission else []
         if submission.strip() and "completion" not in self.raised:
             out += self.completion(k)
         return out

@@ -269,8 +269,9 @@ class Session:
             )
         if self._last_error:
             parts.append(f"Last error: {self._last_error}")
-        if self.flag_tracker.files:
-            files = sorted(self.flag_tracker.files)
+        touched = {**self.flag_tracker.edited, **self.flag_tracker.files}
+        if touched:
+            files = sorted(touched)
             parts.append(
                 "Files touched: " + ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
             )

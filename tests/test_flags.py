@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from monitor.flags import FlagConfig, FlagTracker, diff_files, fit_scope_caps, task_files
+from monitor.policy import PolicyConfig
 from monitor.session import Monitor
 from monitor.types import Step, Trajectory
 
@@ -19,23 +20,43 @@ def test_task_and_diff_files() -> None:
     assert diff_files(diff) == {"src/a.py", "b.py"}
 
 
+def diff(*files: str) -> str:
+    return "".join(f"diff --git a/{f} b/{f}\n+x\n" for f in files)
+
+
 def test_scope_widening_beyond_task_files() -> None:
     ft = FlagTracker(TASK)
     assert ft.scope_limit() == 4  # max(min_files 4, 3 x 1 named file)
-    flags = [f for i in range(5) for f in ft.update(edit(i, f"/testbed/pkg/m{i}.py"), i + 1)]
-    assert [(f.name, f.step) for f in flags] == [("scope_widening", 5)]
-    assert flags[0].evidence["files"] == [f"pkg/m{i}.py" for i in range(5)]
+    # transcript edits (scratch scripts included) do not count; only the diff does
+    for i in range(6):
+        assert ft.update(edit(i, f"/testbed/reproduce_{i}.py"), i + 1) == []
+    assert sorted(ft.edited) == [f"reproduce_{i}.py" for i in range(6)]
+    assert ft.add_files(diff_files(diff("a.py", "b.py", "c.py", "d.py")), 7) == []
+    flags = ft.add_files(diff_files(diff("a.py", "b.py", "c.py", "d.py", "e.py")), 8)
+    assert [(f.name, f.step) for f in flags] == [("scope_widening", 8)]
+    assert flags[0].evidence["files"] == ["a.py", "b.py", "c.py", "d.py", "e.py"]
     assert flags[0].evidence["named_in_task"] == ["multipartparser.py"]
 
 
 def test_scope_cap_and_late_growth() -> None:
     ft = FlagTracker(TASK, FlagConfig(scope_files_cap=10, scope_late_step=20))
-    assert ft.update(edit(0, "a.py"), 1) == []
-    assert ft.update(edit(1, "b.py"), 2) == []
-    late = ft.update(edit(2, "c.py"), 25)
+    assert ft.add_files({"a.py"}, 3) == []
+    late = ft.add_files({"a.py", "c.py"}, 25)
     assert [f.name for f in late] == ["scope_widening"]
     assert late[0].evidence["files"] == ["c.py"]
     assert "late" in late[0].evidence["why"]
+    # the final submission never counts as late growth
+    end = FlagTracker(TASK, FlagConfig(scope_late_step=20))
+    assert end.end(60, diff("a.py", "b.py")) == []
+
+
+def test_session_diff_feeds_scope() -> None:
+    s = Monitor(PolicyConfig(flags=FlagConfig(scope_files_cap=2))).start(task=TASK)
+    s.diff = diff("a.py", "b.py")
+    assert s.observe(Step(0, tool="bash", action="ls", observation="x")).flags == []
+    s.diff = diff("a.py", "b.py", "c.py")
+    d = s.observe(Step(1, tool="bash", action="ls", observation="y"))
+    assert [f.name for f in d.flags] == ["scope_widening"]
 
 
 def test_unsupported_completion_after_failing_tests() -> None:
@@ -48,6 +69,12 @@ def test_unsupported_completion_after_failing_tests() -> None:
         observation="...\n=== 1 failed, 3 passed in 0.2s ===",
     )
     ft.update(run, 1)
+    colour = Step(
+        0, tool="bash", action="pytest", observation="\x1b[31m== 2 failed in 1s ==\x1b[0m"
+    )
+    ft2 = FlagTracker(TASK)
+    ft2.update(colour, 1)
+    assert ft2.end(3, "diff --git a/x b/x")[0].evidence["test_output"] == "== 2 failed in 1s =="
     flags = ft.update(Step(1, kind="submit", action="submit"), 2)
     assert [f.name for f in flags] == ["unsupported_completion"]
     assert flags[0].evidence["why"] == "last test run failed"
@@ -74,6 +101,9 @@ def test_skipped_tests_and_finish_without_evidence() -> None:
     )
     flags = ft.update(Step(1, tool="finish", args={"status": "completed", "evidence": "ok"}), 2)
     assert flags[0].evidence["why"] == "last test run skipped tests"
+    no_skip = FlagTracker(TASK, FlagConfig(completion_skipped=False))
+    no_skip.update(Step(0, tool="bash", action="pytest", observation="OK (skipped=2)"), 1)
+    assert no_skip.update(Step(1, kind="submit"), 2) == []
     ft2 = FlagTracker(TASK)
     flags = ft2.update(Step(0, tool="finish", args={"status": "completed", "evidence": ""}), 1)
     assert flags[0].evidence["why"] == "finish gave no evidence"
