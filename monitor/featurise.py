@@ -36,6 +36,10 @@ from monitor.types import Step, Trajectory
 Encode = Callable[[str], list[int]]
 """A tokenizer's encode WITHOUT special tokens: text -> token ids."""
 
+RENDER_VERSION = 1
+"""Bumped whenever the rendered text or the windowing changes for the same config, so caches
+keyed on the featuriser config (training/features.py) can include it."""
+
 TOKEN_CUT_MARKER = "\n[... cut ...]\n"
 """Appended to a piece that was cut by tokens to fit the window."""
 

@@ -12,7 +12,11 @@ Layout (each piece is encoded separately by the featuriser, see monitor/featuris
     [error exit=N]                                        (only for failed steps)
 
 `[{role}]` appears only in multi-agent runs, `<{kind}>` only when the step is not a plain
-action ("message", "format_error", "submit", ...), `{tool}:` only when the tool is known.
+action ("message", "format_error", "submit", ...), `{tool}:` only when the tool is known and
+the action does not already start with it. A message step with no action shows its prose
+(`thought`) in the action's place. A failed step ends with `[error exit=N]` when the
+observation starts with mini-swe-agent's `<returncode>N</returncode>` (the tag itself is then
+dropped from the observation), else with `[error]` when the step's is_error is set.
 Every piece starts with a newline and ends with one, so pieces join into readable text.
 
 Text is cleaned before it is cut: ANSI escapes and control characters are removed, CR LF
@@ -143,13 +147,15 @@ def render_step(
     if step.kind and step.kind != "action":
         title.append(f"<{clean(step.kind, one_line=True)}>")
     tool = clean(step.tool, one_line=True)
-    action = clean_head(step.action, action_chars, one_line=True)
-    if tool:
+    # A message step's prose is its action (readers put it in `thought`, action empty).
+    prose = step.kind == "message" and not step.action
+    action = clean_head(step.thought if prose else step.action, action_chars, one_line=True)
+    if tool and not action.startswith(tool):  # "edit 1:1 ...", "search_class(...)": no repeat
         title.append(f"{tool}:")
     if action:
         title.append(action)
     parts = ["\n", " ".join(title), "\n"]
-    if thought_chars > 0 and step.thought:
+    if thought_chars > 0 and step.thought and not prose:
         thought = clean_head(step.thought, thought_chars, one_line=True)
         if thought:
             parts.append(f"thought: {thought}\n")

@@ -327,3 +327,51 @@ def test_smollm2_tokenizer_budget_and_text() -> None:
     assert session_windows(f, traj) == windows
     assert tok.decode(windows[0].ids).startswith("### agent: mini-swe-agent\n### task:\nFix it.")
     assert max(len(w.ids) for w in windows) <= 1024 < sum(len(w.ids) for w in windows)
+
+
+def test_tool_not_repeated_and_message_prose_shown() -> None:
+    f = Featuriser()
+    edit = Step(0, tool="edit", action="edit 1:1\nimport re\nend_of_edit", observation="done")
+    assert f.render_step(edit) == "\n### step 1 edit 1:1 import re end_of_edit\ndone\n"
+    search = Step(1, tool="search_class", action='search_class("Foo")', observation="")
+    assert f.render_step(search) == '\n### step 2 search_class("Foo")\n'
+    prose = Step(2, kind="message", thought="Based on the  results,\nthe bug is in x.", action="")
+    assert f.render_step(prose) == "\n### step 3 <message> Based on the results, the bug is in x.\n"
+    assert Featuriser(FeaturiserConfig(thought_chars=50)).render_step(prose) == f.render_step(prose)
+
+
+REAL_RUNS = {
+    "mini-swe-agent": "swe-bench-verified/mini-swe-agent-gemini-3-pro/trajs/*/*.traj.json*",
+    "swe-agent": "swe-bench-lite/swe-agent-gpt4/cost_2_1/*.traj*",
+    "coder": "swe-bench-lite/coder-gpt4/trajs/*.traj*",
+    "autocoderover": "swe-bench-lite/autocoderover-gpt4/acr-run-1/applicable_patch/*/",
+}
+
+
+@pytest.mark.parametrize("agent", sorted(REAL_RUNS))
+def test_real_runs(data_dir: Path, agent: str) -> None:
+    """Real transcripts: invariants, session == windows, and the text reads back step by step."""
+    from monitor.reading import read_trajectory
+
+    paths = sorted(data_dir.glob(REAL_RUNS[agent]))[:3]
+    assert paths, f"no {agent} runs under {data_dir}"
+    f = Featuriser()
+    small = Featuriser(FeaturiserConfig(window_tokens=256, keep_recent_frac=0.3))
+    for path in paths:
+        traj = read_trajectory(path)
+        assert traj.agent == agent
+        assert traj.steps
+        for feat in (f, small):
+            windows = feat.windows(traj)
+            check_windows(feat, traj, windows)
+            assert session_windows(feat, traj) == windows
+        first = f.windows(traj)[0]
+        text = f.header(traj.task, traj.agent) + "".join(
+            f.render_step(s, k) for k, s in enumerate(traj.steps[: first.steps[-1]], 1)
+        )
+        assert first.ids == chunk_encode(f.header(traj.task, traj.agent)) + [
+            i
+            for k, s in enumerate(traj.steps[: first.steps[-1]], 1)
+            for i in chunk_encode(f.render_step(s, k))
+        ]
+        assert text.count("\n### step ") == first.steps[-1]
