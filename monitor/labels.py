@@ -1,0 +1,242 @@
+"""Label joiners: SWE-bench verdict files -> `Trajectory.resolved` (True / False / None).
+
+Shapes read (see shared FORMATS.md, "Labels"):
+
+- SWE-bench per-instance `report.json` (`logs/.../<instance>/report.json`):
+  `{instance_id: {resolved, patch_is_None, patch_exists, ...}}`, or the inner object alone
+  (then the instance is the folder's name). Labels runs under the folder
+  above `logs/` (or above the instance folder when there is no `logs/`).
+- SWE-bench run report (`<model>.<run_id>.json`, multi-swe-bench `results.json`): `resolved_ids`
+  -> True; `unresolved_ids`, `empty_patch_ids`, and `completed_ids` not resolved -> False;
+  `error_ids`, `incomplete_ids` and ids it does not name -> None (no verdict).
+- Plain lists (SWE-agent `final_report.json`, AutoCodeRover `report.json`, CodeR `results.json`,
+  the last not strict JSON: read leniently, with a warning): `resolved` (a list, or the lists of
+  `resolved_per_project`) -> True; the harness-error lists `install_fail`, `reset_failed`,
+  `test_errored` -> None; every other run under the file's folder -> False (these reports cover
+  the whole run: an instance with no generated patch did not resolve). `test_timeout` counts as a
+  verdict (tests ran past the limit: unresolved).
+- mini-swe-agent `results_summary.json`: `instances[]{instance_id, resolved}`; ids not listed
+  -> None.
+
+A label file labels the runs under its folder. When several apply to one run, the one whose
+folder is deepest wins, then: per-instance report, run report, summary, plain lists.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import LabelError, TranscriptError
+from monitor.textio import load_json, strip_gz
+
+LABEL_NAMES = frozenset(
+    {"report.json", "final_report.json", "results.json", "results_summary.json"}
+)
+"""File names (after `.gz`) that hold verdicts; other JSON files are tried when no reader fits."""
+
+_HARNESS_ERRORS = ("install_fail", "reset_failed", "test_errored")
+_PRIORITY = {"swebench-instance": 0, "swebench-run": 1, "mini-summary": 2, "resolved-lists": 3}
+
+
+@dataclass
+class LabelFile:
+    """The verdicts of one label file.
+
+    Attributes:
+        path: the file.
+        kind: "swebench-instance", "swebench-run", "resolved-lists" or "mini-summary".
+        scope: the folder whose runs it labels.
+        verdicts: instance_id -> True / False / None for the ids it names with a verdict rule.
+        default: verdict for runs in scope that it does not name (False for plain lists).
+        named: every instance id the file names (to report ids with no run).
+        warnings: notes about the file (e.g. read leniently).
+    """
+
+    path: Path
+    kind: str
+    scope: Path
+    verdicts: dict[str, bool | None] = field(default_factory=dict)
+    default: bool | None = None
+    named: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+    def covers(self, run_path: Path) -> bool:
+        """True when the run at `run_path` (an absolute, resolved path) lies under the scope."""
+        return str(run_path).startswith(self._prefix) or run_path == self.scope
+
+    @property
+    def _prefix(self) -> str:
+        return os.path.join(str(self.scope), "")
+
+    def verdict(self, instance_id: str) -> bool | None:
+        """The verdict for `instance_id` (the default when the file does not name it)."""
+        return self.verdicts.get(instance_id, self.default)
+
+
+def _ids(x: Any) -> list[str]:
+    return [i for i in x if isinstance(i, str)] if isinstance(x, list) else []
+
+
+def _scope_of_instance_report(path: Path) -> Path:
+    parts = path.parent.parts
+    if "logs" in parts:
+        i = len(parts) - 1 - parts[::-1].index("logs")
+        return Path(*parts[:i])
+    return path.parent.parent
+
+
+def parse_label(path: Path, data: Any) -> LabelFile:
+    """Classify parsed label JSON and read its verdicts; LabelError when no shape fits."""
+    path = Path(path).resolve()
+    if not isinstance(data, dict) or not data:
+        raise LabelError(path, "not a label file (expected a JSON object with verdicts)")
+    if "resolved_ids" in data:
+        lf = LabelFile(path, "swebench-run", path.parent)
+        for key in ("completed_ids", "unresolved_ids", "empty_patch_ids"):
+            lf.verdicts.update(dict.fromkeys(_ids(data.get(key)), False))
+        for key in ("error_ids", "incomplete_ids"):
+            for i in _ids(data.get(key)):
+                lf.verdicts.setdefault(i, None)
+        lf.verdicts.update(dict.fromkeys(_ids(data["resolved_ids"]), True))
+        lf.named = {i for k, v in data.items() if k.endswith("_ids") for i in _ids(v)}
+        return lf
+    if isinstance(data.get("instances"), list):
+        lf = LabelFile(path, "mini-summary", path.parent)
+        for item in data["instances"]:
+            if isinstance(item, dict) and isinstance(item.get("instance_id"), str):
+                r = item.get("resolved")
+                lf.verdicts[item["instance_id"]] = r if isinstance(r, bool) else None
+        lf.named = set(lf.verdicts)
+        return lf
+    resolved = _ids(data.get("resolved"))
+    per_project = data.get("resolved_per_project")
+    if isinstance(per_project, dict):
+        resolved += [i for v in per_project.values() for i in _ids(v)]
+    if isinstance(data.get("resolved"), bool) and (
+        "tests_status" in data or "patch_exists" in data
+    ):
+        # A per-instance report.json without the instance-id key: the folder names the instance.
+        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path))
+        lf.verdicts[path.parent.name] = data["resolved"]
+        lf.named = set(lf.verdicts)
+        return lf
+    count = data.get("resolved")
+    if resolved or (isinstance(count, (list, int)) and not isinstance(count, bool)):
+        lf = LabelFile(path, "resolved-lists", path.parent, default=False)
+        for key in _HARNESS_ERRORS:
+            lf.verdicts.update(dict.fromkeys(_ids(data.get(key)), None))
+        lf.verdicts.update(dict.fromkeys(resolved, True))
+        lf.named = {i for v in data.values() if isinstance(v, list) for i in _ids(v)}
+        lf.named |= set(resolved)
+        return lf
+    reports = {k: v for k, v in data.items() if isinstance(v, dict) and "resolved" in v}
+    if reports and len(reports) == len(data):
+        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path))
+        for iid, rep in reports.items():
+            r = rep.get("resolved")
+            lf.verdicts[iid] = r if isinstance(r, bool) else None
+        lf.named = set(lf.verdicts)
+        return lf
+    raise LabelError(
+        path,
+        "unknown label shape (no resolved_ids, instances, resolved lists or per-instance reports)",
+    )
+
+
+def load_label(path: str | Path) -> LabelFile:
+    """Read a label file (plain or gzip); LabelError naming the file when it cannot be used."""
+    path = Path(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            data = load_json(path, lenient=True)
+        except TranscriptError as e:
+            raise LabelError(path, e.reason) from e
+        except RecursionError as e:
+            raise LabelError(path, "JSON nested too deeply") from e
+    lf = parse_label(path, data)
+    lf.warnings = [str(w.message) for w in caught]
+    return lf
+
+
+def is_label_name(path: Path) -> bool:
+    """True when the file's name marks it as a label file."""
+    return strip_gz(Path(path).name) in LABEL_NAMES
+
+
+def find_labels_near(run_path: Path, *, levels: int = 4) -> list[Path]:
+    """Label files beside a run: in its folder and up to `levels` folders above it (also the
+    SWE-bench `logs/<instance>/report.json` of those folders)."""
+    found: list[Path] = []
+    here = Path(run_path).resolve()
+    for folder in list(here.parents)[:levels]:
+        try:
+            children = list(folder.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.is_file() and is_label_name(child):
+                found.append(child)
+        logs = folder / "logs"
+        if logs.is_dir():
+            found.extend(p for p in logs.glob("*/report.json*") if is_label_name(p))
+    return found
+
+
+class LabelIndex:
+    """All label files of a corpus, indexed by instance id for fast joins."""
+
+    def __init__(self, labels: list[LabelFile]) -> None:
+        self.labels = labels
+        self._by_id: dict[str, list[LabelFile]] = {}
+        for lf in labels:
+            for iid in lf.verdicts:
+                self._by_id.setdefault(iid, []).append(lf)
+        self._defaults = [lf for lf in labels if lf.default is not None]
+        self._naming: dict[str, list[LabelFile]] = {}
+        for lf in labels:
+            for iid in lf.named:
+                self._naming.setdefault(iid, []).append(lf)
+
+    def naming(self, instance_id: str) -> list[LabelFile]:
+        """The label files that name `instance_id`."""
+        return self._naming.get(instance_id, [])
+
+    def pick(
+        self, run_path: Path, instance_id: str
+    ) -> tuple[bool | None, LabelFile | None, LabelFile | None]:
+        """The verdict for one run, the label file it came from, and a file that disagrees.
+
+        Files that name the instance beat files that only give a default; then the deepest
+        scope; then the kind order per-instance report > run report > summary > plain lists.
+        A disagreeing file is one that also names the instance with the opposite verdict.
+        """
+        run_path = Path(run_path).resolve()
+        candidates = {id(lf): lf for lf in self._by_id.get(instance_id, []) + self._defaults}
+        applicable = [lf for lf in candidates.values() if lf.covers(run_path)]
+        if not applicable:
+            return None, None, None
+        applicable.sort(
+            key=lambda lf: (
+                instance_id not in lf.verdicts,
+                -len(lf.scope.parts),
+                _PRIORITY.get(lf.kind, 9),
+            )
+        )
+        best = applicable[0]
+        verdict = best.verdict(instance_id)
+        if verdict is None and instance_id not in best.verdicts:
+            return None, None, None
+        other = next(
+            (
+                lf
+                for lf in applicable[1:]
+                if instance_id in lf.verdicts and lf.verdicts[instance_id] not in (None, verdict)
+            ),
+            None,
+        )
+        return verdict, best, other

@@ -1,0 +1,91 @@
+"""The per-step token ledger (see shared DESIGN.md, "Token ledger").
+
+A step's tokens are the prompt + completion tokens of the model call that produced it. Where a
+transcript records them per call (mini-swe-agent's `extra.response.usage`), readers copy them and
+mark the step `tokens_estimated=False`. Where it records only run totals (SWE-agent
+`info.model_stats`, AutoCodeRover `cost.json`), `fill_estimates` estimates each call from the
+growing context (characters / `CHARS_PER_TOKEN` of everything the call was sent, and of what it
+answered) and scales the estimates so that the steps sum exactly to the reported totals. The
+scaling absorbs what the transcript does not show (calls that were retried, proxy calls, history
+elision), so the ledger always adds up to what the run was billed for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from monitor.types import Step
+
+CHARS_PER_TOKEN = 4.0
+"""Rough characters per token of English/code text for GPT-style BPE vocabularies."""
+
+
+def scale_to_total(weights: Sequence[float], total: int) -> list[int]:
+    """Integers proportional to `weights` that sum exactly to `total` (largest remainder).
+
+    Args:
+        weights: non-negative weights, one per part.
+        total: the sum the parts must have (>= 0).
+
+    Returns:
+        One non-negative int per weight; all-zero weights split `total` evenly.
+    """
+    n = len(weights)
+    if n == 0:
+        return []
+    total = max(int(total), 0)
+    w = [max(float(x), 0.0) for x in weights]
+    s = sum(w)
+    if s <= 0:
+        w, s = [1.0] * n, float(n)
+    exact = [x * total / s for x in w]
+    parts = [int(x) for x in exact]
+    short = total - sum(parts)
+    # Hand the remaining units to the largest fractional parts (ties: earliest step).
+    order = sorted(range(n), key=lambda i: (parts[i] - exact[i], i))
+    for i in order[:short]:
+        parts[i] += 1
+    return parts
+
+
+def fill_estimates(
+    steps: Sequence[Step],
+    context_chars: Sequence[int],
+    output_chars: Sequence[int],
+    *,
+    total_in: int | None = None,
+    total_out: int | None = None,
+    chars_per_token: float = CHARS_PER_TOKEN,
+) -> None:
+    """Fill tokens_in/out of the steps that have no recorded usage (in place).
+
+    Steps with `tokens_estimated=False` keep their recorded figures; the others get
+    `context_chars[i] / chars_per_token` prompt tokens and `output_chars[i] / chars_per_token`
+    completion tokens, scaled so that all steps together sum to `total_in` / `total_out` when
+    those are given (the recorded steps' tokens are subtracted first).
+
+    Args:
+        steps: the run's steps, in order.
+        context_chars: per step, characters of everything sent to the model for that call.
+        output_chars: per step, characters of the model's answer.
+        total_in: the run's reported prompt tokens, None when not reported.
+        total_out: the run's reported completion tokens, None when not reported.
+        chars_per_token: characters per token for the raw estimate.
+    """
+    if len(context_chars) != len(steps) or len(output_chars) != len(steps):
+        raise ValueError("one context and one output size per step")
+    todo = [i for i, s in enumerate(steps) if s.tokens_estimated]
+    if not todo:
+        return
+    for total, attr, chars in (
+        (total_in, "tokens_in", context_chars),
+        (total_out, "tokens_out", output_chars),
+    ):
+        raw = [chars[i] / chars_per_token for i in todo]
+        if total is None:
+            values = [round(x) for x in raw]
+        else:
+            known = sum(getattr(s, attr) for s in steps if not s.tokens_estimated)
+            values = scale_to_total(raw, max(total - known, 0))
+        for i, v in zip(todo, values, strict=True):
+            setattr(steps[i], attr, int(v))

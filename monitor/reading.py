@@ -1,0 +1,255 @@
+"""Reading runs: format auto-detection, one run (`read_trajectory`), many (`read_runs`).
+
+Detection tries the readers of `monitor.formats.FORMATS` in order: a directory is offered to
+each with an empty head (only directory formats such as AutoCodeRover accept it); a file is
+offered with its first 64 KiB, decompressed when it is gzip. `format=` forces one reader.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from monitor.errors import LabelError, TranscriptError
+from monitor.formats import FORMATS
+from monitor.labels import LabelFile, LabelIndex, is_label_name, load_label
+from monitor.textio import GZIP_MAGIC, strip_gz
+from monitor.types import Trajectory
+
+HEAD_BYTES = 64 * 1024
+
+# Files that sit beside runs and are neither transcripts nor labels.
+_SKIP_SUFFIXES = (
+    ".diff", ".patch", ".txt", ".log", ".md", ".rst", ".tsv", ".csv", ".sh", ".py",
+    ".yaml", ".yml", ".toml", ".html", ".png", ".lock", ".parquet",
+)  # fmt: skip
+_SKIP_NAMES = frozenset({"preds.json", "all_preds.jsonl", "summary.json", "PROVENANCE", "LICENSE"})
+
+
+@dataclass
+class Problem:
+    """Something that could not be read or joined: the path and what is wrong."""
+
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass
+class Scan:
+    """What a walk over input paths found."""
+
+    runs: list[Path] = field(default_factory=list)
+    labels: list[Path] = field(default_factory=list)
+
+
+def head_bytes(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first `n` bytes of the (decompressed) file; TranscriptError when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(n)
+            if raw[:2] != GZIP_MAGIC:
+                return raw
+        with gzip.open(path, "rb") as g:
+            return g.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TranscriptError(path, f"cannot read: {e}") from e
+
+
+def detect(path: str | Path) -> ModuleType:
+    """The reader module for the run at `path`; TranscriptError when none fits."""
+    path = Path(path)
+    if path.is_dir():
+        for module in FORMATS.values():
+            if module.sniff(path, b""):
+                return module
+        raise TranscriptError(path, "directory is not a run of any known format")
+    if not path.exists():
+        raise TranscriptError(path, "no such file")
+    head = head_bytes(path)
+    if not head.strip():
+        raise TranscriptError(path, "empty file")
+    if b"\x00" in head[:4096]:
+        raise TranscriptError(path, "binary content (NUL bytes), not a transcript")
+    for module in FORMATS.values():
+        try:
+            if module.sniff(path, head):
+                return module
+        except Exception:  # noqa: BLE001 - a sniffer must never stop detection
+            continue
+    raise TranscriptError(
+        path, f"unknown format (none of: {', '.join(FORMATS)}); use --format to force one"
+    )
+
+
+def _module(path: Path, format: str | None) -> ModuleType:
+    if format is None:
+        return detect(path)
+    if format not in FORMATS:
+        raise TranscriptError(path, f"unknown --format {format!r} (known: {', '.join(FORMATS)})")
+    return FORMATS[format]
+
+
+def read_trajectory(path: str | Path, format: str | None = None) -> Trajectory:
+    """Read one run (a transcript file or a run directory, plain or gzip).
+
+    Args:
+        path: the transcript file or run directory.
+        format: a reader name from `monitor.formats.FORMATS` to force; None detects it.
+
+    Returns:
+        The parsed Trajectory, with `resolved=None` (use `read_runs` to join labels).
+
+    Raises:
+        TranscriptError: naming the file, when it cannot be read as a run.
+    """
+    path = Path(path)
+    return _module(path, format).read(path)
+
+
+def _read_all(path: Path, format: str | None) -> list[Trajectory]:
+    """Every run in `path` (a file may hold several, e.g. OpenHands output.jsonl)."""
+    module = _module(path, format)
+    many = getattr(module, "read_all", None)
+    return list(many(path)) if many is not None else [module.read(path)]
+
+
+def _skipped(p: Path) -> bool:
+    name = strip_gz(p.name)
+    return name.startswith(".") or name in _SKIP_NAMES or name.endswith(_SKIP_SUFFIXES)
+
+
+def _run_report(p: Path) -> bool:
+    """True for a SWE-bench run report `<model>.<run_id>.json` (named freely, found by content)."""
+    if not strip_gz(p.name).endswith(".json") or strip_gz(p.name).endswith(".traj.json"):
+        return False
+    try:
+        head = head_bytes(p, 4096)
+    except TranscriptError:
+        return False
+    return head.lstrip().startswith(b"{") and (
+        b'"total_instances"' in head or b'"resolved_ids"' in head
+    )
+
+
+def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
+    """Walk the paths: run candidates (files and run directories) and label files, sorted."""
+    found = Scan()
+    dir_formats = [m for name, m in FORMATS.items() if format in (None, name)]
+    for root in map(Path, paths):
+        if root.is_file():
+            (found.labels if is_label_name(root) else found.runs).append(root)
+            continue
+        if any(m.sniff(root, b"") for m in dir_formats):
+            found.runs.append(root)
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            keep = []
+            for d in sorted(dirnames):
+                sub = here / d
+                if any(m.sniff(sub, b"") for m in dir_formats):
+                    found.runs.append(sub)
+                elif not d.startswith("."):
+                    keep.append(d)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                p = here / name
+                if is_label_name(p) or _run_report(p):
+                    found.labels.append(p)
+                elif not _skipped(p):
+                    found.runs.append(p)
+    found.runs.sort()
+    found.labels.sort()
+    return found
+
+
+def load_labels(paths: Iterable[Path], problems: list[Problem]) -> list[LabelFile]:
+    """Load label files; each one that cannot be used becomes a Problem."""
+    out = []
+    for p in paths:
+        try:
+            out.append(load_label(p))
+        except LabelError as e:
+            problems.append(Problem(e.path, e.reason))
+    return out
+
+
+def read_runs(
+    paths: Iterable[str | Path],
+    *,
+    format: str | None = None,
+    problems: list[Problem] | None = None,
+    progress: bool = False,
+) -> Iterator[Trajectory]:
+    """Read every run under `paths` and join its label (`resolved`).
+
+    Bad files do not stop the walk: each becomes a Problem appended to `problems` (when
+    given), as do duplicate run ids (the first read is kept), label files that name instances
+    with no run under them, and label files that disagree. Problems about labels naming missing
+    runs are appended once the iterator is exhausted.
+
+    Args:
+        paths: files or folders to search.
+        format: force one reader for every file (None: detect per file).
+        problems: list that collects Problems.
+        progress: show a tqdm progress bar on stderr.
+
+    Yields:
+        Trajectories with `resolved` set from the label files found under `paths`.
+    """
+    problems = problems if problems is not None else []
+    found = scan(paths, format)
+    labels = load_labels(found.labels, problems)
+    index = LabelIndex(labels)
+    seen: dict[str, str] = {}
+    matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
+    runs: Iterable[Path] = found.runs
+    if progress:
+        from tqdm import tqdm
+
+        runs = tqdm(found.runs, desc="ingest", unit="run", disable=None)
+    for path in runs:
+        try:
+            trajs = _read_all(path, format)
+        except TranscriptError as e:
+            problems.append(Problem(e.path, e.reason))
+            continue
+        for traj in trajs:
+            if traj.id in seen:
+                problems.append(
+                    Problem(
+                        str(path),
+                        f"duplicate run {traj.id} (also read from {seen[traj.id]}); kept the first",
+                    )
+                )
+                continue
+            seen[traj.id] = str(path)
+            run_path = Path(traj.path or path).resolve()
+            for named in index.naming(traj.instance_id):  # label files whose ids have a run
+                if named.covers(run_path):
+                    matched[id(named)].add(traj.instance_id)
+            verdict, lf, other = index.pick(run_path, traj.instance_id)
+            traj.resolved = verdict
+            if lf is not None and other is not None:
+                problems.append(
+                    Problem(
+                        str(path),
+                        f"labels disagree: {lf.path} says {verdict}, {other.path} says {other.verdicts[traj.instance_id]}; used {lf.path.name}",
+                    )
+                )
+            yield traj
+    for lf in labels:
+        missing = sorted(lf.named - matched[id(lf)])
+        if missing:
+            shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+            problems.append(
+                Problem(str(lf.path), f"names {len(missing)} instance(s) with no run here: {shown}")
+            )
