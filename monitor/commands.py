@@ -11,6 +11,7 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this package's subcommands to the `failfast` parser."""
     _register_halts(sub)
+    _register_corpus(sub)
 
 
 # --- check, fit-budget, reasons (heuristic halts and the halt-reason report) ---------------
@@ -44,6 +45,9 @@ def _register_halts(sub: argparse._SubParsersAction) -> None:
         "--fit-scope", action="store_true", help="per-agent p95 scope caps from the runs"
     )
     p.add_argument("--json", default=None, help="write the rows as JSON here")
+    p.add_argument(
+        "--min-runs", type=int, default=5, help="labelled runs before a tuning note is given"
+    )
     p.set_defaults(func=_cmd_reasons)
 
 
@@ -61,7 +65,15 @@ def _load_runs(paths: list[str]) -> list:
         else:
             if is_corpus(paths[0]):
                 return list(load_corpus(paths[0]))
-    return list(read_runs([Path(p) for p in paths]))
+    import sys
+
+    problems: list = []
+    runs = list(read_runs([Path(p) for p in paths], problems=problems))
+    for prob in problems[:10]:
+        print(f"warning: {prob}", file=sys.stderr)
+    if len(problems) > 10:
+        print(f"warning: ... {len(problems) - 10} more problems", file=sys.stderr)
+    return runs
 
 
 _CHECK_LABELS = {"steps": "turns", "max_error_streak": "error_streak"}
@@ -178,8 +190,104 @@ def _cmd_reasons(args: argparse.Namespace) -> int:
         if caps:
             print("scope caps (p95 files touched by resolved runs): " + json.dumps(caps))
         outcomes += replay_runs(runs, cfg, audit=args.audit, scope_caps=caps)
-    rows = reason_table(outcomes)
+    rows = reason_table(outcomes, min_runs=args.min_runs)
     print(format_report(outcomes, rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows_json(rows), indent=1))
+    return 0
+
+
+# --- ingest, inspect (readers, labels, corpus) --------------------------------------------
+
+
+def _register_corpus(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="read runs + label files into a corpus and summary.json")
+    p.add_argument("paths", nargs="+", help="files or folders holding runs and label files")
+    p.add_argument("--out", required=True, help="output folder (corpus.parquet, summary.json)")
+    p.add_argument("--format", default=None, help="force one reader (default: detect per file)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when there is any problem")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("inspect", help="show one parsed run: format, steps, tokens, label")
+    p.add_argument("file", help="transcript file or run directory")
+    p.add_argument("--format", default=None, help="force one reader (default: detect)")
+    p.add_argument("--json", action="store_true", help="print the parsed run as JSON")
+    p.add_argument("--steps", type=int, default=10, help="steps to list (0: none, -1: all)")
+    p.set_defaults(func=_cmd_inspect)
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from monitor.corpus import ingest
+
+    t0 = time.perf_counter()
+    summary = ingest(args.paths, args.out, format=args.format)
+    print(summary.table())
+    print(f"{summary.runs} runs, {len(summary.problems)} problems, "
+          f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip
+    if summary.runs == 0:
+        print("error: no run could be read", file=sys.stderr)
+        return 2
+    return 1 if args.strict and summary.problems else 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from monitor.errors import FailfastError
+    from monitor.labels import LabelIndex, find_labels_near, load_label
+    from monitor.reading import read_trajectory
+
+    try:
+        traj = read_trajectory(Path(args.file), args.format)
+    except (FailfastError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    labels = []
+    for p in find_labels_near(Path(traj.path or args.file)):
+        try:
+            labels.append(load_label(p))
+        except FailfastError:
+            continue
+    verdict, label_file, _ = LabelIndex(labels).pick(
+        Path(traj.path or args.file).resolve(), traj.instance_id
+    )
+    traj.resolved = verdict
+    if args.json:
+        print(json.dumps(traj.to_dict(), indent=1, default=str))
+        return 0
+    estimated = sum(s.tokens_estimated for s in traj.steps)
+    label = {True: "resolved", False: "unresolved", None: "unknown"}[verdict]
+    print(f"format:   {traj.format}")
+    print(f"agent:    {traj.agent}  model: {traj.model or '?'}")
+    print(f"run:      {traj.id}  (source {traj.source or '-'}, run {traj.run or '-'})")
+    print(f"instance: {traj.instance_id}")
+    print(f"exit:     {traj.exit_status or '-'}")
+    print(f"label:    {label}" + (f"  ({label_file.path})" if label_file else ""))
+    print(f"steps:    {len(traj.steps)}  errors: {sum(s.is_error for s in traj.steps)}")
+    print(
+        f"tokens:   {traj.total_tokens} (in {sum(s.tokens_in for s in traj.steps)}, "
+        f"out {sum(s.tokens_out for s in traj.steps)}; "
+        + (
+            "estimated"
+            if estimated == len(traj.steps) and estimated
+            else f"{estimated} of {len(traj.steps)} steps estimated"
+        )  # fmt: skip
+        + ")"
+    )
+    if traj.totals.cost_usd is not None:
+        print(f"cost:     ${traj.totals.cost_usd:.4f}")
+    print(f"task:     {traj.task[:200].replace(chr(10), ' ')}")
+    shown = traj.steps if args.steps < 0 else traj.steps[: args.steps]
+    for s in shown:
+        action = s.action.replace("\n", " ")[:70]
+        role = f"[{s.role}] " if s.role else ""
+        err = " ERR" if s.is_error else ""
+        print(f"  {s.index:3d} {role}{s.kind:12s} {s.tool:18s} {s.tokens:7d} tok{err}  {action}")
+    if len(shown) < len(traj.steps):
+        print(f"  ... {len(traj.steps) - len(shown)} more steps (--steps -1 shows all)")
     return 0

@@ -171,15 +171,24 @@ class ReasonRow:
         n = self.resolved + self.unresolved
         return self.resolved / n if n else None
 
+    min_runs: int = 5
+
     @property
     def tuning_problem(self) -> bool:
-        """It fires mostly (> 50%) on resolved runs."""
+        """It fires mostly (> 50%) on resolved runs, on at least `min_runs` labelled runs."""
         share = self.share_resolved
-        return share is not None and share > 0.5
+        labelled = self.resolved + self.unresolved
+        return share is not None and share > 0.5 and labelled >= self.min_runs
 
 
-def reason_table(outcomes: list[RunOutcome]) -> list[ReasonRow]:
-    """Count, per agent and item, the runs it fired on by label."""
+def reason_table(outcomes: list[RunOutcome], *, min_runs: int = 5) -> list[ReasonRow]:
+    """Count, per agent and item, the runs it fired on by label.
+
+    Args:
+        outcomes: one per run.
+        min_runs: an item must fire on this many labelled runs before the report calls it a
+            tuning problem (fewer runs say little).
+    """
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     runs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for o in outcomes:
@@ -189,7 +198,7 @@ def reason_table(outcomes: list[RunOutcome]) -> list[ReasonRow]:
         for item in o.fired:
             counts[(o.agent, item)][col] += 1
     rows = [
-        ReasonRow(a, item, sum(c), c[0], c[1], c[2], runs[a][0], runs[a][1])
+        ReasonRow(a, item, sum(c), c[0], c[1], c[2], runs[a][0], runs[a][1], min_runs)
         for (a, item), c in counts.items()
     ]
     rows.sort(key=lambda r: (r.agent, r.item))
@@ -217,7 +226,12 @@ def format_report(outcomes: list[RunOutcome], rows: list[ReasonRow]) -> str:
         )
         for r in by_agent.get(agent, []):
             share = r.share_resolved
-            note = "  TUNING: fires mostly on resolved runs" if r.tuning_problem else ""
+            if r.tuning_problem:
+                note = "  TUNING: fires mostly on resolved runs"
+            elif share is not None and share > 0.5:
+                note = f"  (mostly resolved, but under {r.min_runs} runs)"
+            else:
+                note = ""
             lines.append(
                 f"  {r.item:<40} {r.fired:>6} {r.resolved:>5} {r.unresolved:>5} {r.unknown:>4} "
                 f"{100 * r.fired / r.runs:>6.1f}% "

@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from monitor.decision_log import DecisionLog
 from monitor.policy import PolicyConfig
 from monitor.reasons import (
@@ -55,7 +57,7 @@ def test_table_counts_by_label_and_flags_tuning_problem() -> None:
         looping(7, None),
     ]
     runs += [looping(20, False, agent="b")]
-    rows = reason_table(replay_runs(runs, PolicyConfig()))
+    rows = reason_table(replay_runs(runs, PolicyConfig()), min_runs=4)
     row = next(r for r in rows if r.agent == "a" and r.item == "stop:stuck_pattern")
     assert (row.fired, row.resolved, row.unresolved, row.unknown) == (5, 3, 1, 1)
     assert row.share_resolved == 0.75
@@ -66,6 +68,11 @@ def test_table_counts_by_label_and_flags_tuning_problem() -> None:
     assert "agent=a runs=6 resolved=3 (60.0% of labelled) unknown=1" in text
     assert "TUNING: fires mostly on resolved runs" in text.split("agent=b")[0]
     assert "TUNING" not in text.split("agent=b")[1]
+    few = reason_table(replay_runs(runs, PolicyConfig()), min_runs=5)
+    assert not any(r.tuning_problem for r in few)
+    assert "(mostly resolved, but under 5 runs)" in format_report(
+        replay_runs(runs, PolicyConfig()), few
+    )
 
 
 def test_decision_log_round_trip(tmp_path: Path) -> None:
@@ -93,3 +100,22 @@ def test_transcript_is_not_a_decision_log(tmp_path: Path) -> None:
     p.write_text(json.dumps({"type": "system", "subtype": "init"}) + "\n")
     assert not is_decision_log(p)
     assert not is_decision_log(tmp_path)
+
+
+@pytest.mark.data
+def test_reasons_cli_on_real_runs(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from training.cli import main
+
+    out = tmp_path / "rows.json"
+    src = data_dir / "swe-bench-verified/mini-swe-agent-gemini-3-pro"
+    assert main(["reasons", str(src), "--audit", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "agent=mini-swe-agent runs=300 resolved=223 (74.3% of labelled) unknown=0" in text
+    rows = {r["item"]: r for r in json.loads(out.read_text())}
+    # the transcript-analyser rule's repeat trigger fires on most good runs of this agent
+    rep = rows["rule:analyser.max_repeat"]
+    assert rep["fired"] == rep["resolved"] + rep["unresolved"]
+    assert rep["share_resolved"] > 0.5
+    assert rep["tuning_problem"] is True
