@@ -4,6 +4,7 @@ No torch and no onnxruntime here: a harness that only watches runs imports this 
 """
 
 from monitor.errors import BundleError, ConfigError, LabelError, TranscriptError
+from monitor.reading import read_runs, read_trajectory
 from monitor.types import Decision, Flag, RestartPacket, Step, Totals, Trajectory
 
 __all__ = [
@@ -17,4 +18,6 @@ __all__ = [
     "Totals",
     "Trajectory",
     "TranscriptError",
+    "read_runs",
+    "read_trajectory",
 ]

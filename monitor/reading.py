@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -172,13 +173,20 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
 
 
 def load_labels(paths: Iterable[Path], problems: list[Problem]) -> list[LabelFile]:
-    """Load label files; each one that cannot be used becomes a Problem."""
+    """Load label files; each one that cannot be used becomes a Problem.
+
+    Notes about usable files (e.g. read leniently) are re-issued as warnings.
+    """
     out = []
     for p in paths:
         try:
-            out.append(load_label(p))
+            lf = load_label(p)
         except LabelError as e:
             problems.append(Problem(e.path, e.reason))
+            continue
+        for note in lf.warnings:
+            warnings.warn(note, stacklevel=2)
+        out.append(lf)
     return out
 
 

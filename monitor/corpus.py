@@ -1,0 +1,227 @@
+"""The corpus: normalised runs on disk (`DIR/corpus.parquet`) and `DIR/summary.json`.
+
+`corpus.parquet` holds one row per run: the scalar fields of `Trajectory.to_dict()` as columns,
+`totals` as a struct and `steps` as one JSON string per run (steps carry free-form `args`, which
+do not fit one Arrow schema). `load_corpus` turns it back into Trajectories.
+
+`summary.json`: `{"sources": {NAME: {"runs", "instances", "resolved", "unresolved", "unknown",
+"agent", "median_steps", "median_tokens", "problems"}}, "problems": [{"path", "reason"}],
+"warnings": [...], "runs": N}`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import TranscriptError
+from monitor.reading import Problem, read_runs
+from monitor.types import Trajectory
+
+CORPUS_FILE = "corpus.parquet"
+SUMMARY_FILE = "summary.json"
+_SCALARS = (
+    "id", "instance_id", "agent", "source", "run", "model", "format", "path", "task",
+    "submission", "exit_status",
+)  # fmt: skip
+_TOTALS = ("tokens_in", "tokens_out", "cost_usd", "api_calls", "wall_seconds")
+
+
+@dataclass
+class SourceStats:
+    """Counts of one data source."""
+
+    agent: str = ""
+    runs: int = 0
+    instances: set[str] = field(default_factory=set)
+    resolved: int = 0
+    unresolved: int = 0
+    unknown: int = 0
+    steps: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    problems: int = 0
+    root: Path | None = None  # the folder named after the source, to attribute problems
+
+    def add(self, t: Trajectory) -> None:
+        self.agent = self.agent or t.agent
+        self.runs += 1
+        self.instances.add(t.instance_id)
+        if t.resolved is True:
+            self.resolved += 1
+        elif t.resolved is False:
+            self.unresolved += 1
+        else:
+            self.unknown += 1
+        self.steps.append(len(t.steps))
+        self.tokens.append(t.total_tokens)
+        if self.root is None:
+            self.root = next((p for p in Path(t.path).parents if p.name == t.source), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "instances": len(self.instances),
+            "resolved": self.resolved,
+            "unresolved": self.unresolved,
+            "unknown": self.unknown,
+            "agent": self.agent,
+            "median_steps": statistics.median(self.steps) if self.steps else 0,
+            "median_tokens": statistics.median(self.tokens) if self.tokens else 0,
+            "problems": self.problems,
+        }
+
+
+@dataclass
+class Summary:
+    """What an ingest read: per-source counts, problems and warnings."""
+
+    sources: dict[str, SourceStats] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return sum(s.runs for s in self.sources.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": {name: s.to_dict() for name, s in sorted(self.sources.items())},
+            "problems": [p.to_dict() for p in self.problems],
+            "warnings": self.warnings,
+            "runs": self.runs,
+        }
+
+    def table(self) -> str:
+        """A plain-text table per source (and the problems, one per line)."""
+        head = ("source", "agent", "runs", "instances", "resolved", "unresolved", "unknown",
+                "med steps", "med tokens", "problems")  # fmt: skip
+        rows = [head]
+        for name, s in sorted(self.sources.items()):
+            d = s.to_dict()
+            rows.append(
+                (
+                    name,
+                    s.agent,
+                    *(
+                        str(d[k])
+                        for k in ("runs", "instances", "resolved", "unresolved", "unknown")
+                    ),
+                    f"{d['median_steps']:g}",
+                    f"{d['median_tokens']:.0f}",
+                    str(s.problems),
+                )  # fmt: skip
+            )
+        other = len(self.problems) - sum(s.problems for s in self.sources.values())
+        if other:
+            rows.append(("(no source)", "", "", "", "", "", "", "", "", str(other)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        lines += [f"problem: {p.path}: {p.reason}" for p in self.problems]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def ingest(
+    paths: Iterable[str | Path],
+    out: str | Path,
+    *,
+    format: str | None = None,
+    progress: bool = True,
+) -> Summary:
+    """Read every run under `paths`, join labels, write the corpus and summary.json to `out`.
+
+    Args:
+        paths: files or folders holding runs and label files.
+        out: output folder (created).
+        format: force one reader (None: detect per file).
+        progress: show a progress bar on stderr (only on a terminal).
+
+    Returns:
+        The Summary (also written to `out/summary.json`).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = Summary()
+    runs: list[Trajectory] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in read_runs(paths, format=format, problems=summary.problems, progress=progress):
+            summary.sources.setdefault(t.source, SourceStats()).add(t)
+            runs.append(t)
+    summary.warnings = sorted({str(w.message) for w in caught})
+    for p in summary.problems:
+        for s in summary.sources.values():
+            if s.root is not None and Path(p.path).resolve().is_relative_to(s.root.resolve()):
+                s.problems += 1
+                break
+    write_corpus(runs, out / CORPUS_FILE)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary
+
+
+def write_corpus(runs: list[Trajectory], path: str | Path) -> None:
+    """Write runs to a parquet file, one row per run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols: dict[str, list[Any]] = {k: [getattr(t, k) for t in runs] for k in _SCALARS}
+    cols["resolved"] = [t.resolved for t in runs]
+    cols["n_steps"] = [len(t.steps) for t in runs]
+    cols["total_tokens"] = [t.total_tokens for t in runs]
+    cols["totals"] = [{k: getattr(t.totals, k) for k in _TOTALS} for t in runs]
+    cols["steps"] = [
+        json.dumps([s.to_dict() for s in t.steps], ensure_ascii=False, default=str) for t in runs
+    ]
+    totals_type = pa.struct(
+        [
+            ("tokens_in", pa.int64()),
+            ("tokens_out", pa.int64()),
+            ("cost_usd", pa.float64()),
+            ("api_calls", pa.int64()),
+            ("wall_seconds", pa.float64()),
+        ]  # fmt: skip
+    )
+    schema = pa.schema(
+        [(k, pa.string()) for k in _SCALARS]
+        + [
+            ("resolved", pa.bool_()),
+            ("n_steps", pa.int64()),
+            ("total_tokens", pa.int64()),
+            ("totals", totals_type),
+            ("steps", pa.large_string()),
+        ]  # fmt: skip
+    )
+    table = pa.Table.from_pydict(cols, schema=schema)
+    pq.write_table(table, str(path), compression="zstd")
+
+
+def is_corpus(path: str | Path) -> bool:
+    """True when `path` is a folder written by `ingest` (holds corpus.parquet)."""
+    return (Path(path) / CORPUS_FILE).is_file()
+
+
+def load_corpus(path: str | Path) -> list[Trajectory]:
+    """Load the runs of a corpus written by `ingest` (a folder or its corpus.parquet).
+
+    Raises:
+        TranscriptError: when the corpus file is missing or unreadable.
+    """
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / CORPUS_FILE
+    try:
+        rows = pq.read_table(str(p)).to_pylist()
+    except (OSError, ValueError) as e:
+        raise TranscriptError(p, f"cannot read corpus: {e}") from e
+    runs = []
+    for row in rows:
+        row["steps"] = json.loads(row["steps"])
+        runs.append(Trajectory.from_dict(row))
+    return runs
