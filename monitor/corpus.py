@@ -100,7 +100,7 @@ class Summary:
         """A plain-text table per source (and the problems, one per line)."""
         head = ("source", "agent", "runs", "instances", "resolved", "unresolved", "unknown",
                 "med steps", "med tokens", "problems")  # fmt: skip
-        rows = [head]
+        rows: list[tuple[str, ...]] = [head]
         for name, s in sorted(self.sources.items()):
             d = s.to_dict()
             rows.append(
