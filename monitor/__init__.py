@@ -4,7 +4,10 @@ No torch and no onnxruntime here: a harness that only watches runs imports this 
 """
 
 from monitor.errors import BundleError, ConfigError, LabelError, TranscriptError
+from monitor.policy import PolicyConfig
 from monitor.reading import read_runs, read_trajectory
+from monitor.scripted import ScriptedScorer
+from monitor.session import Monitor, Session
 from monitor.types import Decision, Flag, RestartPacket, Step, Totals, Trajectory
 
 __all__ = [
@@ -13,7 +16,11 @@ __all__ = [
     "Decision",
     "Flag",
     "LabelError",
+    "Monitor",
+    "PolicyConfig",
     "RestartPacket",
+    "ScriptedScorer",
+    "Session",
     "Step",
     "Totals",
     "Trajectory",
