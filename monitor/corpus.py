@@ -36,7 +36,7 @@ _TOTALS = ("tokens_in", "tokens_out", "cost_usd", "api_calls", "wall_seconds")
 class SourceStats:
     """Counts of one data source."""
 
-    agent: str = ""
+    agents: set[str] = field(default_factory=set)
     runs: int = 0
     instances: set[str] = field(default_factory=set)
     resolved: int = 0
@@ -48,7 +48,7 @@ class SourceStats:
     root: Path | None = None  # the folder named after the source, to attribute problems
 
     def add(self, t: Trajectory) -> None:
-        self.agent = self.agent or t.agent
+        self.agents.add(t.agent)
         self.runs += 1
         self.instances.add(t.instance_id)
         if t.resolved is True:
@@ -69,7 +69,7 @@ class SourceStats:
             "resolved": self.resolved,
             "unresolved": self.unresolved,
             "unknown": self.unknown,
-            "agent": self.agent,
+            "agent": ",".join(sorted(self.agents)),
             "median_steps": statistics.median(self.steps) if self.steps else 0,
             "median_tokens": statistics.median(self.tokens) if self.tokens else 0,
             "problems": self.problems,
@@ -106,7 +106,7 @@ class Summary:
             rows.append(
                 (
                     name,
-                    s.agent,
+                    d["agent"],
                     *(
                         str(d[k])
                         for k in ("runs", "instances", "resolved", "unresolved", "unknown")

@@ -145,6 +145,9 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
     found = Scan()
     dir_formats = [m for name, m in FORMATS.items() if format in (None, name)]
     for root in map(Path, paths):
+        if not root.exists():
+            found.runs.append(root)  # read_runs reports it as a problem ("no such file")
+            continue
         if root.is_file():
             (found.labels if is_label_name(root) else found.runs).append(root)
             continue
@@ -200,7 +203,7 @@ def read_runs(
     """Read every run under `paths` and join its label (`resolved`).
 
     Bad files do not stop the walk: each becomes a Problem appended to `problems` (when
-    given), as do duplicate run ids (the first read is kept), label files that name instances
+    given), as do duplicate runs (same source, run and id; the first read is kept), label files that name instances
     with no run under them, and label files that disagree. Problems about labels naming missing
     runs are appended once the iterator is exhausted.
 
@@ -211,7 +214,8 @@ def read_runs(
         progress: show a tqdm progress bar on stderr.
 
     Yields:
-        Trajectories with `resolved` set from the label files found under `paths`.
+        Trajectories with `resolved` set from the label files found under `paths`; a run whose
+        reader left `source` empty gets its folder's name.
     """
     problems = problems if problems is not None else []
     found = scan(paths, format)
@@ -231,15 +235,18 @@ def read_runs(
             problems.append(Problem(e.path, e.reason))
             continue
         for traj in trajs:
-            if traj.id in seen:
+            if not traj.source:  # readers that do not know their layout: the folder names it
+                traj.source = (path if path.is_dir() else path.parent).resolve().name
+            key = f"{traj.source}|{traj.run}|{traj.id}"
+            if key in seen:
                 problems.append(
                     Problem(
                         str(path),
-                        f"duplicate run {traj.id} (also read from {seen[traj.id]}); kept the first",
+                        f"duplicate run {traj.id} (also read from {seen[key]}); kept the first",
                     )
                 )
                 continue
-            seen[traj.id] = str(path)
+            seen[key] = str(path)
             run_path = Path(traj.path or path).resolve()
             for named in index.naming(traj.instance_id):  # label files whose ids have a run
                 if named.covers(run_path):
