@@ -322,9 +322,39 @@ def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
         assert len(r.scores["monitor"]) == r.n_steps
         assert r.encoded_tokens > 0
         assert ((r.scores["monitor"] > 0) & (r.scores["monitor"] < 1)).all()
+    cfg.train.bundle = True  # thresholds.json and the serving bundle at the end
     m2 = run_pipeline(cfg, runs, tmp_path / "out2")
+    assert (tmp_path / "out2" / "thresholds.json").is_file()
+    assert (tmp_path / "out2" / "bundle" / "model.onnx").is_file()
     assert m2["feature_pass"]["runs_encoded"] == 0
     assert m2["feature_pass"]["runs_cached"] > 0
     again = load_records(tmp_path / "out2" / "records" / "val.parquet")
     for a, b in zip(val, again, strict=True):
         assert np.array_equal(a.scores["monitor"], b.scores["monitor"])
+
+
+@pytest.mark.slow
+def test_real_smollm2_truncated_backbone(tmp_path):
+    """The GGUF base converts to a plain folder; a 2-layer cut scores a run and round-trips."""
+    from training.backbone import resolve_base
+
+    base = resolve_base("smollm2-135m")
+    assert json.loads((base / "config.json").read_text()).get("quantization_config") is None
+    model = build_classifier("smollm2-135m", 2, SIGNAL_NAMES).eval()
+    assert len(model.backbone.layers) == 2
+    assert model.hidden == 576
+    feat = Featuriser.from_tokenizer_file(base, FEAT)
+    run = make_runs(1)[0]
+    feats = extract_features(model, feat, [run], progress=False)
+    assert feats[0].hidden.shape == (len(run.steps), 576)
+    save_classifier(
+        model,
+        tmp_path / "m",
+        tokenizer_dir=base,
+        base="smollm2-135m",
+        head_kind="probe",
+        featuriser=FEAT.model_dump(),
+    )
+    again = load_classifier(tmp_path / "m")
+    again_feats = extract_features(again, feat, [run], progress=False)
+    np.testing.assert_allclose(again_feats[0].hidden, feats[0].hidden, atol=1e-5)

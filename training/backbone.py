@@ -73,6 +73,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
     tok.save_pretrained(tmp)
+    _drop_quantization(model.config)
     model.config.save_pretrained(tmp)
     # lm_head is tied to the embeddings (and unused by a classifier): drop it.
     state = {
@@ -82,6 +83,22 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     (tmp / "SOURCE.json").write_text(json.dumps({"gguf": str(gguf)}, indent=1))
     tmp.rename(out)
     return out
+
+
+def _drop_quantization(config: Any) -> None:
+    # The weights are dequantised fp32; a kept gguf quantization_config would make transformers
+    # treat the folder as quantized (and refuse save_pretrained).
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+
+
+def _repair_config(folder: Path) -> None:
+    """Remove a stale gguf quantization_config from a folder converted by an older version."""
+    f = folder / "config.json"
+    data = json.loads(f.read_text())
+    if "quantization_config" in data:
+        del data["quantization_config"]
+        f.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def resolve_base(base: str) -> Path:
@@ -100,6 +117,7 @@ def resolve_base(base: str) -> Path:
         if not (out / "model.safetensors").is_file():
             out.parent.mkdir(parents=True, exist_ok=True)
             convert_gguf(_gguf_path(package, filename), out)
+        _repair_config(out)
         return out
     path = Path(base).expanduser()
     if not (path / "config.json").is_file():
