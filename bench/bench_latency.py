@@ -97,7 +97,7 @@ def main() -> None:
     from training.export import KVGraph
     from training.model import load_classifier
 
-    fp32 = Scorer.load(bundle, threads=args.threads, verify=False)
+    fp32 = Scorer.load(bundle, threads=args.threads, verify=False)  # as served (no spinning)
     int8 = Scorer.load(bundle, threads=args.threads, int8=True, verify=False)
     model = load_classifier(work / "model").eval()
     kvmod = KVGraph(model).eval()

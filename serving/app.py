@@ -49,6 +49,9 @@ class ServiceConfig(StrictModel):
     )
     max_steps: int = Field(default=5000, ge=1, description="Most steps one session may receive.")
     max_sessions: int = Field(default=1024, ge=1, description="Most open sessions at once.")
+    max_concurrent: int = Field(
+        default=2, ge=1, description="Model calls run at once (more wait); about the core count."
+    )
     session_idle_seconds: float = Field(
         default=1800.0, gt=0, description="Idle sessions expire after this."
     )
@@ -174,6 +177,8 @@ def create_app(
     monitor = Monitor(policy or PolicyConfig.model_validate(scorer.policy), scorer=scorer)
     sessions: dict[str, _Live] = {}
     sessions_lock = threading.Lock()
+    # Requests beyond `max_concurrent` queue here instead of oversubscribing the cores.
+    slots = threading.BoundedSemaphore(cfg.max_concurrent)
     latency = Histogram("failfast_request_seconds", "Request latency by endpoint.")
     errors = Counter("failfast_errors_total", "Requests answered with an error, by status.")
     started = time.time()
@@ -253,7 +258,8 @@ def create_app(
             )
         if req.agent is not None:
             traj.agent = req.agent
-        result = score_transcript(scorer, traj, monitor=monitor)
+        with slots:
+            result = score_transcript(scorer, traj, monitor=monitor)
         return _clean(result.to_dict(all_decisions=req.all_decisions))
 
     @app.post("/v1/sessions", status_code=201)
@@ -295,7 +301,8 @@ def create_app(
         with live.lock:
             if live.steps >= cfg.max_steps:
                 return _error(409, f"session {sid} reached the limit of {cfg.max_steps} steps")
-            decision = live.session.observe(step.to_step(live.steps))
+            with slots:
+                decision = live.session.observe(step.to_step(live.steps))
             live.steps += 1
         return _clean(decision.to_dict())
 

@@ -45,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="most steps per session")
     p.add_argument("--max-sessions", type=int, default=None, help="most open sessions")
     p.add_argument("--idle-seconds", type=float, default=None, help="idle sessions expire after")
+    p.add_argument("--max-concurrent", type=int, default=None, help="model calls at once")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
@@ -112,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         "max_steps": args.max_steps,
         "max_sessions": args.max_sessions,
         "session_idle_seconds": args.idle_seconds,
+        "max_concurrent": args.max_concurrent,
     }
     cfg = ServiceConfig(**{k: v for k, v in limits.items() if v is not None})
     app = create_app(_load_scorer(args), cfg)

@@ -112,3 +112,16 @@ def make_run(n: int, *, agent: str = "mini-swe-agent", seed: int = 0) -> Traject
         task="Fix the bug in separability_matrix for nested CompoundModels. " * 3,
         steps=steps,
     )
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_bundle(tiny_model_dir: Path, tmp_path_factory) -> Path:
+    """One int8-enabled tiny bundle per test session (tests must not modify it)."""
+    key = str(tiny_model_dir)
+    if key not in _SHARED:
+        _SHARED[key] = build_tiny_bundle(
+            tiny_model_dir, tmp_path_factory.mktemp("shared-bundle"), int8=True
+        )
+    return _SHARED[key]

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from bundle_helpers import build_tiny_bundle, make_run
+from bundle_helpers import make_run, shared_bundle
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
@@ -24,7 +24,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def bundle(tiny_model_dir, tmp_path_factory):
-    return build_tiny_bundle(tiny_model_dir, tmp_path_factory.mktemp("app"))
+    return shared_bundle(tiny_model_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +109,7 @@ def test_session_flow_matches_offline_scores(server, bundle):
     assert "unknown session" in r.json()["error"]
 
 
+@pytest.mark.data
 def test_score_transcript_text_base64_and_steps(server, bundle, data_dir):
     from serving.scorer import Scorer
     from serving.transcripts import read_transcript

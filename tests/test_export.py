@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
-from bundle_helpers import build_tiny_bundle
+from bundle_helpers import shared_bundle
 
 pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def bundle(tiny_model_dir, tmp_path_factory):
-    return build_tiny_bundle(tiny_model_dir, tmp_path_factory.mktemp("export"), int8=True)
+    return shared_bundle(tiny_model_dir, tmp_path_factory)
 
 
 def test_bundle_files_and_manifest(bundle):

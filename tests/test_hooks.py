@@ -154,9 +154,9 @@ def test_claude_code_warn_continue_and_failures(fixtures_dir, tmp_path):
 def test_claude_code_cli_with_bundle(tiny_model_dir, tmp_path_factory, fixtures_dir, tmp_path):
     """`failfast hook claude-code` end to end: a loop transcript is stopped by the stuck pattern."""
     pytest.importorskip("torch")
-    from bundle_helpers import build_tiny_bundle
+    from bundle_helpers import shared_bundle
 
-    bundle = build_tiny_bundle(tiny_model_dir, tmp_path_factory.mktemp("hookb"))
+    bundle = shared_bundle(tiny_model_dir, tmp_path_factory)
     path = tmp_path / "loop.jsonl"
     shutil.copyfile(fixtures_dir / "claude_code_constructed_loop.jsonl", path)
     cmd = [sys.executable, "-m", "training.cli", "hook", "claude-code", "--bundle", str(bundle)]

@@ -8,14 +8,14 @@ import threading
 
 import numpy as np
 import pytest
-from bundle_helpers import build_tiny_bundle, make_run
+from bundle_helpers import make_run, shared_bundle
 
 pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def bundle(tiny_model_dir, tmp_path_factory):
-    return build_tiny_bundle(tiny_model_dir, tmp_path_factory.mktemp("scorer"), int8=True)
+    return shared_bundle(tiny_model_dir, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
