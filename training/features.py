@@ -251,3 +251,32 @@ def extract_features(
             stats.tokens_per_s,
         )
     return [out[i] if out[i] is not None else out[first[k]] for i, k in enumerate(keys)]  # type: ignore[misc]
+
+
+def shard_features(
+    model: Any,
+    featuriser: Featuriser,
+    runs: Sequence[Trajectory],
+    *,
+    cache: FeatureCache,
+    rank: int,
+    world: int,
+    timeout_s: float = 24 * 3600,
+    **kwargs: Any,
+) -> None:
+    """Data-parallel feature pass: process `rank` of `world` encodes runs[rank::world] into the
+    shared cache, then waits until every other process has written its share.
+
+    Afterwards `extract_features` on all runs reads everything from the cache. Needs no process
+    group (ranks only share the cache folder), so it works before the Trainer initialises one.
+    """
+    extract_features(model, featuriser, runs[rank::world], cache=cache, **kwargs)
+    keys = {run_hash(r) for r in runs if r.steps}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [k for k in keys if not cache._path(k).is_file()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(missing)} runs never appeared in {cache.dir}")
+        time.sleep(2.0)

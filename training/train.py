@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -36,7 +37,13 @@ from training.data import (
     stratified_subsample,
     window_examples,
 )
-from training.features import FeatureCache, PassStats, config_hash, extract_features
+from training.features import (
+    FeatureCache,
+    PassStats,
+    config_hash,
+    extract_features,
+    shard_features,
+)
 from training.heads import add_lora, finetune, fit_probe, head_scores, merge_lora
 from training.model import PrefixClassifier, build_classifier, save_classifier
 from training.prefix_metrics import auroc_report
@@ -110,7 +117,12 @@ def run_pipeline(
     out.mkdir(parents=True, exist_ok=True)
     tc, mc = cfg.train, cfg.model
     _seed(tc.seed, tc.threads)
-    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    # Under torchrun / accelerate launch only the main process (RANK 0) writes OUT/.
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if rank == 0:
+        (out / "config.yaml").write_text(
+            yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+        )
 
     # -- labels and splits
     t = time.perf_counter()
@@ -118,7 +130,8 @@ def run_pipeline(
     if not lab.runs:
         raise ValueError("no labelled runs with steps")
     splits = make_splits(lab.runs, fractions=cfg.data.split_fractions, seed=cfg.data.split_seed)
-    save_splits(out / "splits.json", splits)
+    if rank == 0:
+        save_splits(out / "splits.json", splits)
     split_runs = {n: splits.select(lab.runs, n) for n in ("train", "val", "test")}
     train_runs = stratified_subsample(
         split_runs["train"], cfg.data.train_max_runs or 0, seed=cfg.data.subsample_seed
@@ -140,6 +153,19 @@ def run_pipeline(
         root / "features", backbone_key(mc.base, mc.n_layers), config_hash(cfg.featurise)
     )
     stats = PassStats()
+    if world > 1:  # torchrun / accelerate launch: each process encodes a share into the cache
+        all_runs = [r for rs in use.values() for r in rs]
+        shard_features(
+            model,
+            featuriser,
+            all_runs,
+            cache=cache,
+            rank=rank,
+            world=world,
+            batch_tokens=tc.batch_tokens,
+            pad_id=pad_id,
+            progress=tc.progress and rank == 0,
+        )
     feats = {
         n: extract_features(
             model,
@@ -246,6 +272,9 @@ def run_pipeline(
                 progress=tc.progress,
             )
         times["finetune"] = time.perf_counter() - t
+
+    if rank != 0:  # data-parallel fine-tuning is done; the main process writes the outputs
+        return {}
 
     # -- baselines on the same splits
     t = time.perf_counter()
