@@ -58,7 +58,7 @@ def test_refuses_with_count_when_too_few_resolved():
     recs = [rec(i, "a", True, rng.random(8)) for i in range(30)] + [
         rec(100 + i, "a", False, rng.random(8)) for i in range(10)
     ]
-    th = pick_thresholds(recs, targets=[0.05, 0.25])
+    th = pick_thresholds(recs, targets=[0.05, 0.25], method="clopper-pearson")
     a = th["per_agent"]["a"]
     assert a["n_resolved"] == 30
     msg = a["stop"]["0.05"]["refused"]
@@ -77,7 +77,7 @@ def test_bound_mode_never_exceeds_target_on_calibration():
         for i in range(200):
             recs.append(rec(1000 + i, agent, False, rng.beta(5, 2, size=rng.integers(3, 30))))
     targets = [0.01, 0.02, 0.05, 0.1, 0.25]
-    th = pick_thresholds(recs, targets=targets, min_steps=2, every=2)
+    th = pick_thresholds(recs, targets=targets, min_steps=2, every=2, method="clopper-pearson")
     assert th["schedule"] == {"min_steps": 2, "every": 2}
     for agent in ("a", "b"):
         group = [r for r in recs if r.agent == agent]
@@ -137,3 +137,39 @@ def test_picker_fitted_attributes():
     assert p.n_resolved_ == {"a": 80}
     assert p.stop_step(recs[-1], 0.05) == 1
     assert sum(p.stop_step(r, 0.05) is not None for r in recs[:80]) <= 4
+
+
+def test_conformal_bound_needs_fewer_runs_and_holds_on_calibration():
+    assert resolved_runs_needed(0.05, method="conformal") == 19
+    assert resolved_runs_needed(0.05, method="clopper-pearson") == 59
+    rng = np.random.default_rng(4)
+    # 30 resolved runs: Clopper-Pearson refuses 5%, conformal certifies it with at most
+    # j stopped where (j + 1) / 31 <= 0.05, i.e. j = 0.
+    recs = [rec(i, "a", True, rng.random(8)) for i in range(30)]
+    recs += [rec(100 + i, "a", False, rng.random(8) + 0.3) for i in range(30)]
+    th = pick_thresholds(recs, targets=[0.05, 0.25])
+    assert th["method"] == "conformal"
+    e = th["per_agent"]["a"]["stop"]["0.05"]
+    assert e["fpr_val"] == 0.0
+    assert e["fpr_upper_bound"] == pytest.approx(1 / 31)
+    e25 = th["per_agent"]["a"]["stop"]["0.25"]
+    # (j + 1) / 31 <= 0.25 -> j <= 6
+    assert e25["fpr_val"] == pytest.approx(6 / 30)
+    assert e25["fpr_upper_bound"] == pytest.approx(7 / 31)
+    assert run_false_positive_rate(recs, e25["threshold"]) == pytest.approx(6 / 30)
+    few = [rec(i, "b", True, rng.random(8)) for i in range(10)]
+    th_few = pick_thresholds(few, targets=[0.05])
+    assert "19" in th_few["per_agent"]["b"]["stop"]["0.05"]["refused"]
+
+
+def test_conformal_threshold_is_valid_out_of_sample():
+    """Marginal guarantee: over many calibration draws, the mean FPR on fresh runs <= target."""
+    rng = np.random.default_rng(5)
+    fprs = []
+    for _ in range(200):
+        cal = [rec(i, "a", True, rng.random(5)) for i in range(40)]
+        th = pick_thresholds(cal, targets=[0.1])
+        t = th["per_agent"]["a"]["stop"]["0.1"]["threshold"]
+        fresh = [rec(i, "a", True, rng.random(5)) for i in range(200)]
+        fprs.append(run_false_positive_rate(fresh, t))
+    assert float(np.mean(fprs)) <= 0.1 + 0.01

@@ -12,6 +12,15 @@ observed rate, `bound` (default) the one-sided exact binomial (Clopper-Pearson) 
 target is refused with a message naming how many resolved runs are needed. Serving looks a
 threshold up per agent and falls back to the pooled one (`lookup_threshold`).
 
+Two bounds (`method`):
+- `conformal` (default): split-conformal, group-conditional (Mondrian, per agent). With n resolved
+  calibration runs and a threshold that stops j of them, a new exchangeable resolved run of the same
+  agent is stopped with probability <= (j + 1) / (n + 1) (marginally, over the calibration draw).
+  Needs n >= 1/target - 1 resolved runs (19 for 5%), which every agent here has.
+- `clopper-pearson`: with probability `confidence` over the calibration draw, the FPR is <= the
+  one-sided exact binomial upper bound. Stronger, but needs 59 resolved runs with 0 stopped to
+  certify 5% at 95%: more than CodeR or SWE-agent have after a test split is held out.
+
 Caveat: the bound treats resolved runs as independent draws. Several runs of one instance
 (AutoCodeRover 5, SWE-agent 3) are correlated, so the bound is optimistic for those agents.
 """
@@ -37,8 +46,11 @@ class ThresholdConfig(StrictModel):
     """How stop and warn thresholds are picked from validation records."""
 
     mode: Literal["bound", "empirical"] = "bound"
-    """`bound`: the Clopper-Pearson upper bound on the run-level FPR must be within the target;
+    """`bound`: an upper bound on the run-level FPR (see `method`) must be within the target;
     `empirical`: the observed validation FPR must be."""
+    method: Literal["conformal", "clopper-pearson"] = "conformal"
+    """The bound of `bound` mode: marginal split-conformal (j+1)/(n+1), or the one-sided
+    Clopper-Pearson bound at `confidence`."""
     confidence: float = Field(0.95, gt=0.0, lt=1.0)
     """Confidence of the one-sided upper bound."""
     targets: list[float] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
@@ -122,6 +134,18 @@ def fpr_upper_bound(false_positives: int, resolved: int, *, confidence: float = 
     return float(beta.ppf(confidence, false_positives + 1, resolved - false_positives))
 
 
+def conformal_bound(false_positives: int, resolved: int) -> float:
+    """Split-conformal bound on the chance a new resolved run is stopped: (j + 1) / (n + 1)."""
+    return min(1.0, (false_positives + 1) / (resolved + 1))
+
+
+def bound_for(false_positives: int, resolved: int, *, method: str, confidence: float) -> float:
+    """The FPR upper bound of `method` ("conformal" or "clopper-pearson")."""
+    if method == "conformal":
+        return conformal_bound(false_positives, resolved)
+    return fpr_upper_bound(false_positives, resolved, confidence=confidence)
+
+
 def fpr_interval(
     false_positives: int, resolved: int, *, confidence: float = 0.95
 ) -> tuple[float, float]:
@@ -135,30 +159,46 @@ def fpr_interval(
     return lo, hi
 
 
-def resolved_runs_needed(target: float, *, confidence: float = 0.95, mode: str = "bound") -> int:
+def resolved_runs_needed(
+    target: float,
+    *,
+    confidence: float = 0.95,
+    mode: str = "bound",
+    method: str = "clopper-pearson",
+) -> int:
     """Fewest resolved runs that can certify `target` (with 0 false positives in bound mode).
 
-    Bound mode: 1 - (1 - confidence)^(1/n) <= target, e.g. 59 runs for 5% at 95%.
+    Bound mode, Clopper-Pearson: 1 - (1 - confidence)^(1/n) <= target, e.g. 59 runs for 5% at 95%.
+    Bound mode, conformal: 1 / (n + 1) <= target, e.g. 19 runs for 5%.
     Empirical mode: 1/target runs, so that one false positive is within the target's resolution.
     """
     if not 0.0 < target < 1.0:
         raise ValueError(f"a target FPR must be in (0, 1), got {target}")
     if mode == "empirical":
         return math.ceil(1.0 / target - 1e-9)
+    if method == "conformal":
+        return max(1, math.ceil(1.0 / target - 1.0 - 1e-9))
     n = math.ceil(math.log(1.0 - confidence) / math.log(1.0 - target) - 1e-9)
     while fpr_upper_bound(0, n, confidence=confidence) > target:  # guard float rounding
         n += 1
     return n
 
 
-def allowed_false_positives(n_resolved: int, target: float, *, confidence: float, mode: str) -> int:
-    """Largest j with (j / n) <= target (empirical) or upper bound(j, n) <= target (bound); -1 if none."""
+def allowed_false_positives(
+    n_resolved: int,
+    target: float,
+    *,
+    confidence: float,
+    mode: str,
+    method: str = "clopper-pearson",
+) -> int:
+    """Largest j with (j / n) <= target (empirical) or bound(j, n) <= target (bound); -1 if none."""
     j = -1
     for cand in range(n_resolved + 1):
         ok = (
             cand / n_resolved <= target + 1e-12
             if mode == "empirical"
-            else fpr_upper_bound(cand, n_resolved, confidence=confidence) <= target
+            else bound_for(cand, n_resolved, method=method, confidence=confidence) <= target + 1e-12
         )
         if not ok:
             break
@@ -188,6 +228,10 @@ def threshold_for_count(
     return float(u + (upper - u) / 2.0)
 
 
+def _method_name(cfg: ThresholdConfig) -> str:
+    return cfg.method if cfg.mode == "bound" else "empirical"
+
+
 def _group_entry(
     recs: list[RunRecord],
     cfg: ThresholdConfig,
@@ -205,24 +249,32 @@ def _group_entry(
     stop: dict[str, Any] = {}
     thresholds = []
     for target in cfg.targets:
-        need = resolved_runs_needed(target, confidence=cfg.confidence, mode=cfg.mode)
+        need = resolved_runs_needed(
+            target, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method
+        )
         if n < need:
             stop[target_key(target)] = {
                 "refused": (
-                    f"cannot certify run-level FPR <= {target:g} ({cfg.mode} mode, "
+                    f"cannot certify run-level FPR <= {target:g} ({_method_name(cfg)}, "
                     f"{cfg.confidence:g} confidence): needs at least {need} resolved validation runs, "
                     f"has {n}"
                 )
             }
             continue
-        j = allowed_false_positives(n, target, confidence=cfg.confidence, mode=cfg.mode)
+        j = allowed_false_positives(
+            n, target, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method
+        )
         t = threshold_for_count(rmax, j, amax)
         fp = int((rmax >= t).sum())
         thresholds.append(t)
         stop[target_key(target)] = {
             "threshold": float(t),
             "fpr_val": fp / n,
-            "fpr_upper_bound": fpr_upper_bound(fp, n, confidence=cfg.confidence),
+            "fpr_upper_bound": (
+                bound_for(fp, n, method=cfg.method, confidence=cfg.confidence)
+                if cfg.mode == "bound"
+                else fpr_upper_bound(fp, n, confidence=cfg.confidence)
+            ),
         }
     if n:
         j = math.floor(cfg.warn_fraction * n + 1e-9)
@@ -239,6 +291,7 @@ def pick_thresholds(
     *,
     targets: Sequence[float] = DEFAULT_TARGETS,
     mode: Literal["bound", "empirical"] = "bound",
+    method: Literal["conformal", "clopper-pearson"] = "conformal",
     confidence: float = 0.95,
     min_steps: int = 1,
     every: int = 1,
@@ -251,7 +304,8 @@ def pick_thresholds(
     Args:
         records: validation-split records (never the training or test split).
         targets: run-level FPR targets.
-        mode: "bound" (Clopper-Pearson upper bound within target) or "empirical".
+        mode: "bound" (an upper bound within target) or "empirical".
+        method: the bound of bound mode: "conformal" or "clopper-pearson".
         confidence: confidence of the bound.
         min_steps, every: the check schedule used at serving time.
         group_by: record field the thresholds are conditioned on.
@@ -265,6 +319,7 @@ def pick_thresholds(
     """
     cfg = ThresholdConfig(
         mode=mode,
+        method=method,
         confidence=confidence,
         targets=list(targets),
         warn_fraction=warn_fraction,
@@ -287,7 +342,7 @@ def pick_thresholds(
     return {
         "mode": cfg.mode,
         "confidence": cfg.confidence,
-        "method": "clopper-pearson" if cfg.mode == "bound" else "empirical",
+        "method": _method_name(cfg),
         "schedule": {"min_steps": int(min_steps), "every": int(every)},
         "targets": [float(t) for t in cfg.targets],
         "per_agent": per_agent,
@@ -343,6 +398,7 @@ class ThresholdPicker:
             records,
             targets=c.targets,
             mode=c.mode,
+            method=c.method,
             confidence=c.confidence,
             min_steps=self.min_steps,
             every=self.every,
