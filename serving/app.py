@@ -50,7 +50,10 @@ class ServiceConfig(StrictModel):
     max_steps: int = Field(default=5000, ge=1, description="Most steps one session may receive.")
     max_sessions: int = Field(default=1024, ge=1, description="Most open sessions at once.")
     max_concurrent: int = Field(
-        default=2, ge=1, description="Model calls run at once (more wait); about the core count."
+        default=32,
+        ge=1,
+        description="Model calls run at once (more wait). 32 on 2 cores gave 2x the throughput of 2 "
+        "(bench/bench_load.py), lower it to bound memory.",
     )
     session_idle_seconds: float = Field(
         default=1800.0, gt=0, description="Idle sessions expire after this."

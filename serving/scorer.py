@@ -50,9 +50,6 @@ def _ort_session(path: Path, threads: int | None) -> Any:
     # No busy-waiting between ops: on a shared CPU, and with many sessions calling at once,
     # spinning threads only steal cores (measured: an incremental step 226 -> 128 ms here).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # The arena keeps the peak of every concurrent call forever; freeing per call bounds a
-    # service's memory by what is running now.
-    opts.enable_cpu_mem_arena = False
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
