@@ -223,6 +223,23 @@ def test_probe_learns(model, featuriser, runs):
 
     assert roc_auc_score(ex.label, scores) > 0.8
     assert set(fit.agent_offsets) == {"alpha", "beta"}
+    # Without agent columns the exported head IS the fitted model: same loss after folding the
+    # standardisation, the hidden scale and the asinh of the signals into it.
+    fit = fit_probe(
+        model,
+        hid,
+        s,
+        ex.label,
+        ex.weight,
+        ["x"] * len(ex.label),
+        C=0.3,
+        hidden_scale=0.1,
+        agent_columns=False,
+    )
+    p = np.clip(head_scores(model, hid, s), 1e-7, 1 - 1e-7)
+    w = ex.weight / ex.weight.mean()
+    loss = np.average(-(ex.label * np.log(p) + (1 - ex.label) * np.log(1 - p)), weights=w)
+    assert loss == pytest.approx(fit.train_loss, rel=1e-4)
 
 
 @pytest.mark.parametrize("head", ["lora", "full"])

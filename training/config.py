@@ -61,6 +61,8 @@ class ModelConfig(StrictModel):
     full: every weight (transformers Trainer)."""
     use_signals: bool = True
     """Append the standardised loop signals to the hidden state in the head."""
+    signal_transform: Literal["asinh", "none"] = "asinh"
+    """Transform of the raw signals before standardising (asinh: a signed log)."""
     agent_columns: bool = True
     """Fit the probe with agent one-hot columns (dropped after fitting; see training.heads)."""
 
@@ -82,8 +84,12 @@ class TrainConfig(StrictModel):
     """Run weights: equal total weight per (agent, label) cell, per label, or none."""
     max_prefixes_per_run: int | None = Field(None, ge=1)
     """At most this many checked prefixes per training run (evenly spaced); None: all."""
-    probe_C: list[float] = Field(default_factory=lambda: [0.03, 0.3])
-    """Inverse L2 strengths tried for the probe; the best mean per-agent validation AUROC wins."""
+    probe_C: list[float] = Field(default_factory=lambda: [0.1, 0.3])
+    """Inverse L2 strengths tried for the probe (with every probe_hidden_scale); the pair with the
+    best validation AUROC (mean over agents of the 25/50/75 %/overall figures) wins."""
+    probe_hidden_scale: list[float] = Field(default_factory=lambda: [0.05, 0.1])
+    """Scales of the standardised hidden columns tried (smaller = stronger L2 on them than on the
+    signals; see training.heads.fit_probe)."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True

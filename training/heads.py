@@ -33,12 +33,14 @@ class ProbeFit:
 
     Attributes:
         C: the inverse regularisation strength used.
+        hidden_scale: the scale of the standardised hidden columns (see fit_probe).
         agent_offsets: agent -> logit offset learned and dropped from the exported head.
         train_loss: weighted log loss on the training examples (fitted head, agents included).
         initial_loss: the same loss for a zero head (log 2).
     """
 
     C: float
+    hidden_scale: float = 1.0
     agent_offsets: dict[str, float] = field(default_factory=dict)
     train_loss: float = 0.0
     initial_loss: float = float(np.log(2.0))
@@ -64,6 +66,7 @@ def fit_probe(
     agents: Sequence[str],
     *,
     C: float = 0.1,
+    hidden_scale: float = 1.0,
     agent_columns: bool = True,
     max_iter: int = 500,
 ) -> ProbeFit:
@@ -77,6 +80,9 @@ def fit_probe(
         weights: (N,) example weights.
         agents: (N,) agent of each example's run.
         C: inverse L2 strength of the logistic regression.
+        hidden_scale: the standardised hidden columns are multiplied by this before fitting, so
+            their L2 penalty is 1 / hidden_scale**2 times that of the signal columns (hundreds
+            of hidden dimensions overfit a few thousand runs; the signals do not).
         agent_columns: add agent one-hot columns while fitting (see module docstring).
         max_iter: lbfgs iterations.
     """
@@ -84,6 +90,9 @@ def fit_probe(
     w = w * len(w) / w.sum()
     y = np.asarray(labels, dtype=np.int64)
     h_mean, h_std = _std(hidden, w)
+    h_std = h_std / hidden_scale
+    if model.signal_transform == "asinh":
+        signals = np.arcsinh(signals)
     s_mean, s_std = _std(signals, w) if signals.shape[1] else (np.zeros(0), np.ones(0))
     names = sorted(set(agents)) if agent_columns else []
     onehot = np.zeros((len(y), len(names)))
@@ -106,7 +115,7 @@ def fit_probe(
         model.signal_mean.copy_(torch.tensor(s_mean, dtype=torch.float32))
         model.signal_std.copy_(torch.tensor(s_std, dtype=torch.float32))
     offsets = {a: float(c - share @ c_a) for a, c in zip(names, c_a, strict=True)}
-    return ProbeFit(C, offsets, _log_loss(lr.predict_proba(x)[:, 1], y, w))
+    return ProbeFit(C, hidden_scale, offsets, _log_loss(lr.predict_proba(x)[:, 1], y, w))
 
 
 def head_scores(model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray) -> np.ndarray:

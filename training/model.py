@@ -1,8 +1,8 @@
 """PrefixClassifier: P(run ends unresolved | prefix) from a causal LM's hidden state at a step boundary.
 
 A (possibly truncated) decoder-only backbone encodes a run's rendering once; the hidden state at the
-last token of step k, concatenated with the standardised loop signals after step k, goes through
-one linear layer. sigmoid(logit) is the score. See the shared MODEL_CONTRACT for the saved layout:
+last token of step k, concatenated with the standardised loop signals after step k (asinh first, by default),
+goes through one linear layer. sigmoid(logit) is the score. See the shared MODEL_CONTRACT for the saved layout:
 
     model/  config.json + model.safetensors   the backbone as a HF folder (truncated, LoRA merged)
             tokenizer.json (+ tokenizer_config.json)
@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from monitor.errors import BundleError
 from training.backbone import load_backbone, resolve_base
 
+SIGNAL_TRANSFORMS = ("asinh", "none")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -35,12 +36,22 @@ class PrefixClassifier(torch.nn.Module):
         backbone: a transformers base model (AutoModel, e.g. LlamaModel) returning
             `last_hidden_state`.
         signal_names: names of the signal columns appended to the hidden state (may be empty).
+        signal_transform: "asinh" (a signed log: counts such as tokens span orders of magnitude)
+            or "none", applied to the raw signals before standardising them.
     """
 
-    def __init__(self, backbone: torch.nn.Module, signal_names: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        backbone: torch.nn.Module,
+        signal_names: Sequence[str] = (),
+        signal_transform: str = "asinh",
+    ) -> None:
         super().__init__()
+        if signal_transform not in SIGNAL_TRANSFORMS:
+            raise ValueError(f"signal_transform must be one of {SIGNAL_TRANSFORMS}")
         self.backbone = backbone
         self.signal_names = list(signal_names)
+        self.signal_transform = signal_transform
         n_signals = len(self.signal_names)
         self.hidden = int(backbone.config.hidden_size)
         self.head = torch.nn.Linear(self.hidden + n_signals, 1)
@@ -61,7 +72,11 @@ class PrefixClassifier(torch.nn.Module):
     def head_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
         """Logits from boundary hidden states (B, P, H) and raw signals (B, P, S) -> (B, P)."""
         if self.n_signals:
-            z = (signals.to(hidden.dtype) - self.signal_mean) / self.signal_std
+            x = signals.to(hidden.dtype)
+            if self.signal_transform == "asinh":
+                # asinh written out: the ONNX exporter has no aten::asinh at opset 17.
+                x = torch.sign(x) * torch.log(x.abs() + torch.sqrt(x * x + 1.0))
+            z = (x - self.signal_mean) / self.signal_std
             hidden = torch.cat([hidden, z], dim=-1)
         return self.head(hidden).squeeze(-1)
 
@@ -89,11 +104,15 @@ class PrefixClassifier(torch.nn.Module):
 
 
 def build_classifier(
-    base: str, n_layers: int | None, signal_names: Sequence[str], dtype: str = "float32"
+    base: str,
+    n_layers: int | None,
+    signal_names: Sequence[str],
+    dtype: str = "float32",
+    signal_transform: str = "asinh",
 ) -> PrefixClassifier:
     """A fresh classifier (zero head) on the base checkpoint truncated to `n_layers`."""
     backbone = load_backbone(resolve_base(base), n_layers, dtype)
-    return PrefixClassifier(backbone, signal_names)
+    return PrefixClassifier(backbone, signal_names, signal_transform)
 
 
 def save_classifier(
@@ -137,6 +156,7 @@ def save_classifier(
         "n_layers": int(model.backbone.config.num_hidden_layers),
         "hidden": model.hidden,
         "signal_names": model.signal_names,
+        "signal_transform": model.signal_transform,
         "head_kind": head_kind,
         "base": base,
         "featuriser": featuriser,
@@ -160,7 +180,10 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
     path = Path(path)
     meta = read_classifier_meta(path)
     backbone = load_backbone(path, None, dtype)
-    model = PrefixClassifier(backbone, meta.get("signal_names", []))
+    # Folders written before signal_transform existed standardised the raw signals.
+    model = PrefixClassifier(
+        backbone, meta.get("signal_names", []), meta.get("signal_transform", "none")
+    )
     try:
         tensors = load_file(str(path / "head.safetensors"))
     except (OSError, ValueError) as e:

@@ -145,7 +145,7 @@ def run_pipeline(
     t = time.perf_counter()
     base_dir = resolve_base(mc.base)
     names = list(SIGNAL_NAMES) if mc.use_signals else []
-    model = build_classifier(mc.base, mc.n_layers, names, mc.dtype).eval()
+    model = build_classifier(mc.base, mc.n_layers, names, mc.dtype, mc.signal_transform).eval()
     featuriser = Featuriser.from_tokenizer_file(base_dir, cfg.featurise)
     pad_id = int(getattr(model.backbone.config, "pad_token_id", None) or 0)
     root = Path(tc.cache_dir) if tc.cache_dir else cache_dir()
@@ -198,33 +198,9 @@ def run_pipeline(
     x_h = _rows([f.hidden for f in feats["train"]], ex.run, ex.step)
     x_s = _rows(sig["train"], ex.run, ex.step)
     agents = [train_runs[i].agent for i in ex.run]
-    best: tuple[float, dict[str, torch.Tensor], Any] | None = None
-    selection: dict[str, Any] = {}
-    for c in tc.probe_C:
-        fit = fit_probe(
-            model, x_h, x_s, ex.label, ex.weight, agents, C=c, agent_columns=mc.agent_columns
-        )
-        recs = _records(use["val"], {"monitor": _score_split(model, feats["val"], sig["val"])})
-        val_auc = (
-            auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]["overall"] or 0.0
-        )
-        selection[f"{c:g}"] = {"val_mean_per_agent_auroc": val_auc, "train_loss": fit.train_loss}
-        log.info(
-            "probe C=%g: train loss %.4f, val mean per-agent AUROC %.4f", c, fit.train_loss, val_auc
-        )
-        if best is None or val_auc > best[0]:
-            best = (
-                val_auc,
-                {
-                    k: v.clone()
-                    for k, v in model.state_dict().items()
-                    if not k.startswith("backbone.")
-                },
-                fit,
-            )
-    assert best is not None
-    model.load_state_dict(best[1], strict=False)
-    probe = best[2]
+    probe, selection = _select_probe(
+        model, cfg, x_h, x_s, ex, agents, feats["val"], sig["val"], use["val"]
+    )
     times["probe"] = time.perf_counter() - t
 
     # -- optional fine-tuning (LoRA / full), head warm-started from the probe
@@ -329,7 +305,12 @@ def run_pipeline(
         head_kind=mc.head,
         featuriser=cfg.featurise.model_dump(),
         extra={
-            "probe": {"C": probe.C, "agent_offsets": probe.agent_offsets, "selection": selection}
+            "probe": {
+                "C": probe.C,
+                "hidden_scale": probe.hidden_scale,
+                "agent_offsets": probe.agent_offsets,
+                "selection": selection,
+            }
         },
     )
     times["records"] = time.perf_counter() - t
@@ -356,6 +337,66 @@ def run_pipeline(
     if tc.bundle:
         _after(cfg, out, model_dir, records["val"])
     return metrics
+
+
+def _select_probe(
+    model: PrefixClassifier,
+    cfg: PipelineConfig,
+    x_h: np.ndarray,
+    x_s: np.ndarray,
+    ex: Any,
+    agents: list[str],
+    val_feats: Sequence[Any],
+    val_sig: Sequence[np.ndarray],
+    val_runs: Sequence[Trajectory],
+) -> tuple[Any, dict[str, Any]]:
+    """Fit the probe for every (C, hidden_scale) and keep the best on validation.
+
+    The criterion is the mean over agents of the AUROC at 25/50/75 % of the run and overall,
+    so early discrimination counts as much as late.
+    """
+    tc = cfg.train
+    best: tuple[float, dict[str, torch.Tensor], Any] | None = None
+    selection: dict[str, Any] = {}
+    for scale in tc.probe_hidden_scale:
+        for c in tc.probe_C:
+            fit = fit_probe(
+                model,
+                x_h,
+                x_s,
+                ex.label,
+                ex.weight,
+                agents,
+                C=c,
+                hidden_scale=scale,
+                agent_columns=cfg.model.agent_columns,
+            )
+            recs = _records(val_runs, {"monitor": _score_split(model, val_feats, val_sig)})
+            mean = auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]
+            vals = [v for v in mean.values() if v is not None]
+            crit = float(np.mean(vals)) if vals else 0.0
+            selection[f"C={c:g},hidden_scale={scale:g}"] = {
+                "val_mean_per_agent_auroc": mean,
+                "criterion": crit,
+                "train_loss": fit.train_loss,
+            }
+            log.info(
+                "probe C=%g hidden_scale=%g: train loss %.4f, val criterion %.4f",
+                c,
+                scale,
+                fit.train_loss,
+                crit,
+            )
+            if best is None or crit > best[0]:
+                head = {
+                    k: v.clone()
+                    for k, v in model.state_dict().items()
+                    if not k.startswith("backbone.")
+                }
+                best = (crit, head, fit)
+    assert best is not None
+    model.load_state_dict(best[1], strict=False)
+    return best[2], selection
 
 
 def _records(
