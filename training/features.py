@@ -194,7 +194,8 @@ def extract_features(
         progress: show a progress bar (tokens).
         stats: filled with counts and timing when given.
     """
-    stats = stats if stats is not None else PassStats()
+    total = stats if stats is not None else PassStats()
+    stats = PassStats()  # this call; added to `total` at the end
     t0 = time.perf_counter()
     out: list[RunFeatures | None] = [None] * len(runs)
     keys = [run_hash(r) for r in runs]
@@ -240,7 +241,11 @@ def extract_features(
         elapsed = time.perf_counter() - t0
         bar.set_postfix(tok_s=f"{stats.tokens / max(elapsed, 1e-9):.0f}")
     bar.close()
-    stats.seconds += time.perf_counter() - t0
+    stats.seconds = time.perf_counter() - t0
+    total.runs += stats.runs
+    total.cached_runs += stats.cached_runs
+    total.tokens += stats.tokens
+    total.seconds += stats.seconds
     if todo:
         log.info(
             "feature pass: %d runs encoded (%d cached), %d tokens in %.1f s (%.0f tok/s)",
