@@ -1,10 +1,10 @@
-"""Feature-pass throughput on this CPU: tokens/s of SmolLM2-135M truncated to 6 / 12 / 30 layers.
+"""Feature-pass throughput on this CPU: tokens/s of SmolLM2-135M truncated to 4 / 6 / 12 / 30 layers.
 
 Encodes the featuriser windows of a fixed sample of real runs (../shared/data, or --data) with
 the quick config's rendering, after one warm-up batch, and reports tokens/s and the process's peak
 resident memory. Usage:
 
-    python bench/bench_features.py [--layers 6 12 30] [--runs 40] [--dtype float32 bfloat16]
+    python bench/bench_features.py [--layers 4 6 12 30] [--runs 40] [--dtype float32 bfloat16]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     p.add_argument("--config", default=str(ROOT / "configs" / "quick.yaml"))
-    p.add_argument("--layers", type=int, nargs="+", default=[6, 12, 30])
+    p.add_argument("--layers", type=int, nargs="+", default=[4, 6, 12, 30])
     p.add_argument("--dtype", nargs="+", default=["float32"])
     p.add_argument("--runs", type=int, default=40, help="runs sampled (seeded) from --data")
     p.add_argument("--threads", type=int, default=2)

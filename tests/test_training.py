@@ -375,3 +375,15 @@ def test_real_smollm2_truncated_backbone(tmp_path):
     again = load_classifier(tmp_path / "m")
     again_feats = extract_features(again, feat, [run], progress=False)
     np.testing.assert_allclose(again_feats[0].hidden, feats[0].hidden, atol=1e-5)
+
+
+def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
+    from monitor.corpus import CORPUS_FILE, write_corpus
+    from training.data import load_runs
+
+    write_corpus(runs, tmp_path / CORPUS_FILE)
+    again = load_runs([tmp_path])
+    assert [r.id for r in again] == [r.id for r in runs]
+    assert [r.resolved for r in again] == [r.resolved for r in runs]
+    # the feature cache is keyed by content: a corpus round trip must not invalidate it
+    assert [run_hash(r) for r in again] == [run_hash(r) for r in runs]
