@@ -40,7 +40,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
     return data
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+def load_config(
+    cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None
+) -> T:
     """Load `cls` from a YAML file (or defaults when `path` is None) with dotted overrides."""
     data: dict[str, Any] = {}
     if path is not None:

@@ -64,9 +64,13 @@ def load_json(path: str | Path, *, lenient: bool = False) -> Any:
             except (json.JSONDecodeError, RecursionError):
                 pass
             else:
-                warnings.warn(f"{path}: not strict JSON (trailing commas); read leniently", stacklevel=2)
+                warnings.warn(
+                    f"{path}: not strict JSON (trailing commas); read leniently", stacklevel=2
+                )
                 return obj
-        raise TranscriptError(path, f"invalid JSON at line {e.lineno} col {e.colno}: {e.msg}") from e
+        raise TranscriptError(
+            path, f"invalid JSON at line {e.lineno} col {e.colno}: {e.msg}"
+        ) from e
 
 
 def load_jsonl(path: str | Path) -> list[Any]:

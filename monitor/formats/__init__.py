@@ -20,6 +20,5 @@ from monitor.formats import (
 )
 
 FORMATS: dict[str, ModuleType] = {
-    m.NAME: m
-    for m in (minisweagent, sweagent, autocoderover, openhands, claude_code, codex, atif)
+    m.NAME: m for m in (minisweagent, sweagent, autocoderover, openhands, claude_code, codex, atif)
 }
