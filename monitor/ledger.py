@@ -12,7 +12,9 @@ elision), so the ledger always adds up to what the run was billed for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
 
 from monitor.types import Step
 
@@ -28,18 +30,28 @@ def scale_to_total(weights: Sequence[float], total: int) -> list[int]:
         total: the sum the parts must have (>= 0).
 
     Returns:
-        One non-negative int per weight; all-zero weights split `total` evenly.
+        One non-negative int per weight; all-zero weights split `total` evenly. Exact for any
+        size of `total` (a transcript may claim absurd totals such as 1e308 tokens).
+
+    Raises:
+        ValueError: a weight or `total` is NaN or infinite.
     """
     n = len(weights)
     if n == 0:
         return []
+    if isinstance(total, float) and not math.isfinite(total):
+        raise ValueError(f"total must be a finite number, got {total}")
+    if any(not math.isfinite(float(x)) for x in weights):
+        raise ValueError("weights must be finite numbers")
     total = max(int(total), 0)
-    w = [max(float(x), 0.0) for x in weights]
-    s = sum(w)
+    # Exact rationals: float products overflow for huge totals (a transcript can claim 1e308
+    # tokens) and rounding could make the floors sum past `total`.
+    w = [Fraction(max(float(x), 0.0)) for x in weights]
+    s = sum(w, Fraction(0))
     if s <= 0:
-        w, s = [1.0] * n, float(n)
+        w, s = [Fraction(1)] * n, Fraction(n)
     exact = [x * total / s for x in w]
-    parts = [int(x) for x in exact]
+    parts = [math.floor(x) for x in exact]
     short = total - sum(parts)
     # Hand the remaining units to the largest fractional parts (ties: earliest step).
     order = sorted(range(n), key=lambda i: (parts[i] - exact[i], i))

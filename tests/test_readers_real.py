@@ -188,6 +188,13 @@ def test_scale_to_total_and_fill_estimates() -> None:
     assert scale_to_total([1, 1, 1], 10) == [4, 3, 3]
     assert sum(scale_to_total([0.3, 5.5, 2.2, 0.0], 1001)) == 1001
     assert scale_to_total([0, 0], 5) == [3, 2]
+    # Absurd totals (1e308 claimed tokens) stay exact integers instead of overflowing floats.
+    huge = int(1e308)
+    parts = scale_to_total([3.0, 1.0], huge)
+    assert sum(parts) == huge
+    assert parts[0] == 3 * parts[1] or parts[0] == 3 * parts[1] + 1
+    with pytest.raises(ValueError, match="finite"):
+        scale_to_total([1.0, float("nan")], 10)
     steps = [
         Step(index=0),
         Step(index=1, tokens_in=50, tokens_out=5, tokens_estimated=False),
