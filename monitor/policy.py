@@ -2,8 +2,10 @@
 
 Order of precedence when several reasons fire at once: budgets, then the error streak, stuck
 patterns, context thrash, format errors, the transcript-analyser rule, and last the learned
-score. The check schedule (min_steps, every) applies to the learned score; the heuristic halts
-are hard limits and apply at every step.
+score. The check schedule (min_steps, every, persist) applies to the learned score: the score
+stops a run at the first checked step where the last `persist` checked scores all reach the
+threshold (training.thresholds.first_stop is the offline twin); the heuristic halts are hard
+limits and apply at every step.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ class PolicyConfig(StrictModel):
     )
     every: int = Field(
         default=1, ge=1, description="Check the score every this many steps after that."
+    )
+    persist: int = Field(
+        default=2,
+        ge=1,
+        description=(
+            "Stop by score only when this many consecutive checked scores reach the threshold "
+            "(1: one checked score is enough)."
+        ),
     )
     threshold: float | None = Field(
         default=None, description="Stop threshold on the score; None: the scorer session's own."

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import deque
 from typing import Any
 
 from monitor.decision_log import DecisionLog
@@ -104,6 +105,8 @@ class Session:
         self._last: dict[str, float] = {}
         self._last_error = ""
         self._started = time.monotonic()
+        self._checked: deque[float] = deque(maxlen=config.persist)
+        """The last `persist` checked scores (a checked step without a score clears it)."""
 
     @property
     def k(self) -> int:
@@ -163,13 +166,21 @@ class Session:
         hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
         if hits:
             return self._stop(hits[0].reason, hits_evidence(hits), values, score, threshold, flags)
+        if is_checked(k, self.config):
+            if score is None:
+                self._checked.clear()  # a gap breaks the streak
+            else:
+                self._checked.append(score)
         if (
             score is not None
             and threshold is not None
             and is_checked(k, self.config)
-            and score >= threshold
+            and len(self._checked) == self.config.persist
+            and min(self._checked) >= threshold
         ):
-            ev = {"score": score, "threshold": threshold}
+            ev: dict[str, Any] = {"score": score, "threshold": threshold}
+            if self.config.persist > 1:
+                ev["checked_scores"] = list(self._checked)
             return self._stop("predicted_failure", ev, values, score, threshold, flags)
         if failed:
             decision = Decision("continue", "monitor_error", step=k, flags=flags)

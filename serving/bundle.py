@@ -103,7 +103,16 @@ class Bundle:
 
     @property
     def policy(self) -> dict[str, Any]:
-        return dict(self.manifest.get("policy") or {})
+        """The PolicyConfig dict. `persist` is the one the thresholds were calibrated for (their
+        schedule's; missing there = 1: thresholds from before persistence existed assume one
+        checked score stops a run); without thresholds, the policy's own, else 1."""
+        policy = dict(self.manifest.get("policy") or {})
+        sched = self.thresholds.get("schedule")
+        if isinstance(sched, dict):
+            policy["persist"] = int(sched.get("persist", 1))
+        else:
+            policy.setdefault("persist", 1)
+        return policy
 
     @property
     def target(self) -> float:

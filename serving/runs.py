@@ -1,8 +1,8 @@
 """Scoring a whole (finished or partial) run and replaying the decision policy over it.
 
 Scores come from one graph call per featuriser window (Scorer.score_run); the monitor policy
-(heuristic halts, check schedule, thresholds) is then replayed step by step on those scores, so
-a finished transcript gets the same decisions a live session would have given.
+(heuristic halts, check schedule with its persistence, thresholds) is then replayed step by step
+on those scores, so a finished transcript gets the same decisions a live session would have given.
 """
 
 from __future__ import annotations

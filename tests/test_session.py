@@ -6,6 +6,7 @@ import io
 import json
 import logging
 
+import numpy as np
 import pytest
 
 from monitor.decision_log import DecisionLog
@@ -40,7 +41,7 @@ def test_check_stops_before_the_step_budget_is_exceeded() -> None:
 
 def test_score_stops_only_at_checked_steps() -> None:
     scorer = ScriptedScorer([0.9, 0.9, 0.2, 0.6, 0.8], threshold=0.7, warn_threshold=0.5)
-    m = Monitor(PolicyConfig(min_steps=3, every=2), scorer=scorer)
+    m = Monitor(PolicyConfig(min_steps=3, every=2, persist=1), scorer=scorer)
     s = m.start(task="fix bug", agent="mini-swe-agent")
     out = [s.observe(bash(i, f"cmd {i}", f"o{i}")) for i in range(5)]
     assert [d.action for d in out] == ["warn", "warn", "continue", "warn", "stop"]
@@ -54,8 +55,48 @@ def test_score_stops_only_at_checked_steps() -> None:
 
 def test_config_threshold_overrides_scorer() -> None:
     scorer = ScriptedScorer([0.6], threshold=0.9, warn_threshold=0.8)
-    s = Monitor(PolicyConfig(min_steps=1, threshold=0.5), scorer=scorer).start()
+    s = Monitor(PolicyConfig(min_steps=1, threshold=0.5, persist=1), scorer=scorer).start()
     assert s.observe(bash(0, "ls")).action == "stop"
+
+
+def test_persistence_needs_consecutive_checked_scores() -> None:
+    # checked k = 3, 5, 7: 0.8 (spike), 0.2, 0.8, then 0.9 -> stop at 9 with persist 2
+    scores = [0.1, 0.9, 0.8, 0.9, 0.2, 0.9, 0.8, 0.1, 0.9]
+    scorer = ScriptedScorer(scores, threshold=0.7, warn_threshold=0.5)
+    s = Monitor(PolicyConfig(min_steps=3, every=2, persist=2), scorer=scorer).start()
+    out = [s.observe(bash(i, f"cmd {i}", f"o{i}")) for i in range(9)]
+    assert [d.step for d in out if d.stop] == [9]
+    assert out[8].evidence["checked_scores"] == [pytest.approx(0.8), pytest.approx(0.9)]
+    # a failed score at a checked step breaks the streak
+    scorer = ScriptedScorer([0.9] * 6, threshold=0.7, fail_at=2)
+    s = Monitor(PolicyConfig(min_steps=1, persist=2), scorer=scorer).start()
+    out = [s.observe(bash(i, f"cmd {i}", f"o{i}")) for i in range(6)]
+    assert [d.reason for d in out[:2]] == ["predicted_failure", "monitor_error"]
+    assert [d.step for d in out if d.stop][0] == 4  # 0.9 at 3 and 4, not 1 and 3
+
+
+def test_default_policy_persists_over_two_checks() -> None:
+    assert PolicyConfig().persist == 2
+
+
+@pytest.mark.parametrize("persist", [1, 2, 3])
+def test_live_session_agrees_with_offline_first_stop(persist: int) -> None:
+    from training.thresholds import first_stop
+
+    rng = np.random.default_rng(persist)
+    for _ in range(60):
+        n = int(rng.integers(1, 15))
+        scores = rng.random(n).round(3).tolist()
+        t = float(rng.choice([0.3, 0.5, 0.7, 0.9]))
+        ms, ev = int(rng.integers(1, 5)), int(rng.integers(1, 3))
+        cfg = PolicyConfig(min_steps=ms, every=ev, persist=persist, context_thrash_n=None)
+        s = Monitor(cfg, scorer=ScriptedScorer(scores, threshold=t, warn_threshold=t)).start()
+        live = None
+        for i in range(n):
+            d = s.observe(bash(i, f"cmd {i}", f"o{i}"))
+            if d.stop and live is None:
+                live = d.step
+        assert live == first_stop(scores, t, min_steps=ms, every=ev, persist=persist)
 
 
 def test_failing_scorer_continues_with_monitor_error(caplog: pytest.LogCaptureFixture) -> None:
@@ -161,3 +202,41 @@ def test_finish_validator() -> None:
     params = FINISH_TOOL["function"]["parameters"]
     assert params["properties"]["status"]["enum"] == ["completed", "blocked", "impossible"]
     assert "finish" in NUDGE_TEXT
+
+
+def test_bundle_policy_persist_backward_compatible_and_replay_agrees() -> None:
+    from pathlib import Path
+
+    from monitor.types import Trajectory
+    from serving.bundle import Bundle, Thresholds
+    from serving.runs import score_transcript
+    from training.thresholds import first_stop
+
+    old_policy = {"min_steps": 2, "every": 1}  # written before persist existed
+    old = Bundle(Path("b"), {"policy": old_policy, "thresholds": {"schedule": old_policy}})
+    assert old.policy["persist"] == 1
+    assert Bundle(Path("b"), {"policy": old_policy}).policy["persist"] == 1
+    new_th = {"schedule": {**old_policy, "persist": 3}}
+    new = Bundle(Path("b"), {"policy": {**old_policy, "persist": 2}, "thresholds": new_th})
+    assert new.policy["persist"] == 3  # the persistence the thresholds were calibrated for
+
+    scores = [0.1, 0.8, 0.9, 0.3, 0.8, 0.85, 0.9, 0.2]
+
+    class Fake:
+        def __init__(self, bundle: Bundle) -> None:
+            self.policy = bundle.policy
+
+        def score_run(self, traj: Trajectory) -> list[float]:
+            return scores[: len(traj.steps)]
+
+        def thresholds(self, agent: str | None) -> Thresholds:
+            return Thresholds(0.75, 0.5, "agent")
+
+    steps = [bash(i, f"cmd {i}", f"o{i}") for i in range(len(scores))]
+    traj = Trajectory(id="r", instance_id="i", agent="a", source="s", task="t", steps=steps)
+    for bundle, persist in ((old, 1), (new, 3)):
+        result = score_transcript(Fake(bundle), traj)
+        want = first_stop(scores, 0.75, min_steps=2, persist=persist)
+        assert want == (2 if persist == 1 else 7)
+        assert result.stop is not None
+        assert result.stop.step == want

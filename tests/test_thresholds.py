@@ -12,9 +12,11 @@ from training.thresholds import (
     first_stop,
     fpr_upper_bound,
     lookup_threshold,
+    max_checked_score,
     pick_thresholds,
     resolved_runs_needed,
     run_false_positive_rate,
+    schedule_of,
 )
 
 
@@ -39,6 +41,52 @@ def test_first_stop_respects_schedule():
     assert first_stop(s, 0.5, min_steps=3, every=3) == 6
     assert first_stop(s, None) is None
     assert first_stop([], 0.1) is None
+
+
+def test_first_stop_with_persistence_known_answers():
+    s = [0.9, 0.1, 0.8, 0.9, 0.2, 0.7, 0.95, 0.99]
+    # persist 1: the first checked score >= 0.6; persist 2: two checked scores in a row
+    assert first_stop(s, 0.6, persist=1) == 1
+    assert first_stop(s, 0.6, persist=2) == 4  # 0.8, 0.9 at k = 3, 4
+    assert first_stop(s, 0.6, persist=3) == 8  # 0.7, 0.95, 0.99 at k = 6, 7, 8
+    assert first_stop(s, 0.6, persist=4) is None
+    # the streak counts checked scores only: min_steps 2, every 2 checks k = 2, 4, 6, 8
+    assert first_stop(s, 0.6, min_steps=2, every=2, persist=2) == 6  # 0.9 at 4, 0.7 at 6
+    assert first_stop(s, 0.75, min_steps=2, every=2, persist=2) is None  # 0.7 breaks it
+    assert first_stop(s, 0.75, min_steps=2, every=2, persist=1) == 4
+    assert first_stop(s, 0.6, min_steps=3, persist=2) == 4  # k = 1, 2 are not checked
+    assert first_stop(s[:1], 0.1, persist=2) is None  # one checked score cannot persist
+    with pytest.raises(ValueError):
+        first_stop(s, 0.5, persist=0)
+
+
+def test_stopping_statistic_is_max_of_rolling_min():
+    s = [0.9, 0.1, 0.8, 0.9, 0.2, 0.7, 0.95, 0.99]
+    assert max_checked_score(s) == 0.99
+    assert max_checked_score(s, persist=2) == pytest.approx(0.95)
+    assert max_checked_score(s, persist=3) == pytest.approx(0.7)
+    assert max_checked_score(s, min_steps=2, every=2, persist=2) == pytest.approx(0.7)
+    assert max_checked_score(s[:2], min_steps=2, persist=2) == -np.inf
+    # the run is stopped at t iff its statistic is >= t, for every t and persist
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        x = rng.random(rng.integers(0, 12))
+        p, ms, ev = int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        stat = max_checked_score(x, min_steps=ms, every=ev, persist=p)
+        for t in rng.random(5):
+            stopped = first_stop(x, t, min_steps=ms, every=ev, persist=p) is not None
+            assert stopped == (stat >= t)
+
+
+def test_schedule_of_defaults_missing_keys_to_one():
+    assert schedule_of({"schedule": {"min_steps": 3, "every": 2}}) == {
+        "min_steps": 3,
+        "every": 2,
+        "persist": 1,
+    }
+    assert schedule_of({}) == {"min_steps": 1, "every": 1, "persist": 1}
+    th = pick_thresholds([rec(i, "a", True, [0.1] * 4) for i in range(5)], persist=2)
+    assert schedule_of(th)["persist"] == 2
 
 
 def test_clopper_pearson_values():
@@ -68,7 +116,8 @@ def test_refuses_with_count_when_too_few_resolved():
     assert lookup_threshold(th, "a", 0.05) == (None, "refused")
 
 
-def test_bound_mode_never_exceeds_target_on_calibration():
+@pytest.mark.parametrize("persist", [1, 2, 3])
+def test_bound_mode_never_exceeds_target_on_calibration(persist):
     rng = np.random.default_rng(1)
     recs = []
     for agent, n_res in (("a", 400), ("b", 150)):
@@ -77,8 +126,10 @@ def test_bound_mode_never_exceeds_target_on_calibration():
         for i in range(200):
             recs.append(rec(1000 + i, agent, False, rng.beta(5, 2, size=rng.integers(3, 30))))
     targets = [0.01, 0.02, 0.05, 0.1, 0.25]
-    th = pick_thresholds(recs, targets=targets, min_steps=2, every=2, method="clopper-pearson")
-    assert th["schedule"] == {"min_steps": 2, "every": 2}
+    th = pick_thresholds(
+        recs, targets=targets, min_steps=2, every=2, persist=persist, method="clopper-pearson"
+    )
+    assert th["schedule"] == {"min_steps": 2, "every": 2, "persist": persist}
     for agent in ("a", "b"):
         group = [r for r in recs if r.agent == agent]
         for t in targets:
@@ -86,7 +137,9 @@ def test_bound_mode_never_exceeds_target_on_calibration():
             if "refused" in entry:
                 assert th["per_agent"][agent]["n_resolved"] < resolved_runs_needed(t)
                 continue
-            fpr = run_false_positive_rate(group, entry["threshold"], min_steps=2, every=2)
+            fpr = run_false_positive_rate(
+                group, entry["threshold"], min_steps=2, every=2, persist=persist
+            )
             assert fpr == pytest.approx(entry["fpr_val"])
             n = th["per_agent"][agent]["n_resolved"]
             assert fpr_upper_bound(round(fpr * n), n) <= t
@@ -133,9 +186,10 @@ def test_picker_fitted_attributes():
     recs = [rec(i, "a", True, rng.random(5)) for i in range(80)] + [
         rec(100 + i, "a", False, np.full(5, 0.999)) for i in range(20)
     ]
-    p = ThresholdPicker(ThresholdConfig(targets=[0.05])).fit(recs)
+    p = ThresholdPicker(ThresholdConfig(targets=[0.05]), persist=1).fit(recs)
     assert p.n_resolved_ == {"a": 80}
     assert p.stop_step(recs[-1], 0.05) == 1
+    assert p.thresholds_["schedule"]["persist"] == 1
     assert sum(p.stop_step(r, 0.05) is not None for r in recs[:80]) <= 4
 
 
@@ -162,14 +216,16 @@ def test_conformal_bound_needs_fewer_runs_and_holds_on_calibration():
     assert "19" in th_few["per_agent"]["b"]["stop"]["0.05"]["refused"]
 
 
-def test_conformal_threshold_is_valid_out_of_sample():
+@pytest.mark.parametrize("persist", [1, 2])
+def test_conformal_threshold_is_valid_out_of_sample(persist):
     """Marginal guarantee: over many calibration draws, the mean FPR on fresh runs <= target."""
     rng = np.random.default_rng(5)
     fprs = []
     for _ in range(200):
         cal = [rec(i, "a", True, rng.random(5)) for i in range(40)]
-        th = pick_thresholds(cal, targets=[0.1])
-        t = th["per_agent"]["a"]["stop"]["0.1"]["threshold"]
+        th = pick_thresholds(cal, targets=[0.1], persist=persist, min_steps=2)
+        e = th["per_agent"]["a"]["stop"]["0.1"]
+        assert e["fpr_upper_bound"] <= 0.1  # on the calibration runs themselves
         fresh = [rec(i, "a", True, rng.random(5)) for i in range(200)]
-        fprs.append(run_false_positive_rate(fresh, t))
+        fprs.append(run_false_positive_rate(fresh, e["threshold"], persist=persist, min_steps=2))
     assert float(np.mean(fprs)) <= 0.1 + 0.01

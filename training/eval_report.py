@@ -4,7 +4,8 @@
 `target_fpr`, `threshold`, `per_source`); `markdown_table` renders it. Score baselines and the
 Budget are set, per agent, to stop at most as many resolved runs as the monitor did on the same
 runs (equal realized FPR; this uses the evaluation runs' labels, only to align the comparison,
-never for the monitor). Rules without a knob (transcript-analyser rule, stuck patterns) and
+never for the monitor); score baselines use the monitor's whole check schedule, persistence
+included (thresholds.json "schedule"). Rules without a knob (transcript-analyser rule, stuck patterns) and
 LoopBrake (calibrated on the validation split at its own target) report their own FPR.
 """
 
@@ -26,6 +27,7 @@ from training.evaluation import (
     score_stops,
 )
 from training.records import RunRecord
+from training.thresholds import schedule_of
 
 METRIC_KEYS = (
     "realized_fpr",
@@ -59,13 +61,14 @@ def evaluate(
         budgets: group -> monitor.halts.Budget fitted on non-evaluation resolved runs (p95).
     """
     cfg = config or EvalConfig()
-    sched = thresholds.get("schedule") or {}
-    min_steps, every = int(sched.get("min_steps", 1)), int(sched.get("every", 1))
-    kw = {"min_steps": min_steps, "every": every}
+    sched = schedule_of(dict(thresholds))
+    min_steps, every = sched["min_steps"], sched["every"]
+    kw = {"min_steps": min_steps, "every": every}  # rules and LoopBrake: latched, no persistence
     records = [r for r in records if cfg.scorer in r.scores]
     notes: list[str] = []
+    skw = {**kw, "persist": sched["persist"]}  # the scores' stop rule
     mon, used = score_stops(
-        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=cfg.group_by, **kw
+        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=cfg.group_by, **skw
     )
     rules: dict[str, tuple[Stops, dict[str, Any]]] = {}
     for name in cfg.score_baselines:
@@ -73,7 +76,7 @@ def evaluate(
         if len(have) < len(records):
             notes.append(f"{name}: no scores in {len(records) - len(have)} runs; baseline skipped")
             continue
-        st, th = matched_score_stops(records, mon, scorer=name, group_by=cfg.group_by, **kw)
+        st, th = matched_score_stops(records, mon, scorer=name, group_by=cfg.group_by, **skw)
         rules[name] = (st, {"knob": "threshold", "matched_to_monitor_fpr": True, "value": th})
     if signals is not None:
         from training import baseline_rules as br
@@ -146,7 +149,7 @@ def evaluate(
     by_source: dict[str, list[RunRecord]] = {}
     for r in records:
         by_source.setdefault(r.source, []).append(r)
-    out = {"target_fpr": cfg.target_fpr, "schedule": {"min_steps": min_steps, "every": every}}
+    out = {"target_fpr": cfg.target_fpr, "schedule": sched}
     out.update(section(list(records)))
     out["per_source"] = {s: section(rs) for s, rs in sorted(by_source.items())}
     out["settings"] = {

@@ -72,8 +72,10 @@ def score_stops(
     group_by: str = "agent",
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
 ) -> tuple[Stops, dict[str, dict[str, Any]]]:
-    """Stop points of a scorer under a thresholds.json dict (per group, pooled fallback).
+    """Stop points of a scorer under a thresholds.json dict (per group, pooled fallback), with
+    the check schedule min_steps / every / persist (training.thresholds.first_stop).
 
     Returns:
         (stops, used) where used[group] = {"threshold": t | None, "from": agent|pooled|...}.
@@ -86,7 +88,11 @@ def score_stops(
             t, src = lookup_threshold(dict(thresholds), g, target)
             used[g] = {"threshold": t, "from": src}
         stops[r.run_id] = first_stop(
-            r.scores[scorer], used[g]["threshold"], min_steps=min_steps, every=every
+            r.scores[scorer],
+            used[g]["threshold"],
+            min_steps=min_steps,
+            every=every,
+            persist=persist,
         )
     return stops, used
 
@@ -218,9 +224,11 @@ def matched_score_stops(
     group_by: str = "agent",
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
 ) -> tuple[Stops, dict[str, float]]:
     """A score baseline at equal realized FPR: per group, the lowest threshold that stops at most
-    as many resolved runs as the reference rule did on the same runs.
+    as many resolved runs as the reference rule did on the same runs (same check schedule,
+    persistence included).
 
     Returns:
         (stops, threshold per group).
@@ -230,16 +238,15 @@ def matched_score_stops(
         groups.setdefault(str(getattr(r, group_by)), []).append(r)
     stops: Stops = {}
     used: dict[str, float] = {}
+    kw = {"min_steps": min_steps, "every": every, "persist": persist}
     for g, rs in groups.items():
-        mx = np.array(
-            [max_checked_score(r.scores[scorer], min_steps=min_steps, every=every) for r in rs]
-        )
+        mx = np.array([max_checked_score(r.scores[scorer], **kw) for r in rs])
         res = np.array([bool(r.resolved) for r in rs])
         fp = sum(1 for r in rs if r.resolved and reference.get(r.run_id) is not None)
         t = threshold_for_count(mx[res], fp, mx)
         used[g] = t
         for r in rs:
-            stops[r.run_id] = first_stop(r.scores[scorer], t, min_steps=min_steps, every=every)
+            stops[r.run_id] = first_stop(r.scores[scorer], t, **kw)
     return stops, used
 
 
@@ -295,22 +302,19 @@ def tradeoff_curve(
     scorer: str,
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
     points: int = 60,
 ) -> list[tuple[float, float]]:
     """(realized FPR, token savings) of one pooled threshold swept over the score's quantiles."""
-    mx = np.array(
-        [max_checked_score(r.scores[scorer], min_steps=min_steps, every=every) for r in records]
-    )
+    kw = {"min_steps": min_steps, "every": every, "persist": persist}
+    mx = np.array([max_checked_score(r.scores[scorer], **kw) for r in records])
     finite = mx[np.isfinite(mx)]
     if not len(finite):
         return []
     grid = np.unique(np.quantile(finite, np.linspace(0, 1, points)))
     out = []
     for t in [*grid.tolist(), math.inf]:
-        st = {
-            r.run_id: first_stop(r.scores[scorer], t, min_steps=min_steps, every=every)
-            for r in records
-        }
+        st = {r.run_id: first_stop(r.scores[scorer], t, **kw) for r in records}
         m = ledger_metrics(records, st)
         out.append((m["realized_fpr"] or 0.0, m["token_savings"] or 0.0))
     return sorted(out)

@@ -38,7 +38,7 @@ def plot_tradeoff(
     """Tokens saved vs realized FPR, one panel per source plus overall."""
     plt = _plt()
     sched = result.get("schedule") or {}
-    kw = {"min_steps": int(sched.get("min_steps", 1)), "every": int(sched.get("every", 1))}
+    kw = {k: int(sched.get(k, 1)) for k in ("min_steps", "every", "persist")}
     scopes: list[tuple[str, list[RunRecord], Mapping[str, Any]]] = [
         (s, [r for r in records if r.source == s], sec) for s, sec in result["per_source"].items()
     ]

@@ -1,9 +1,11 @@
 """Run-level stop thresholds with a held-out FPR bound (see shared DESIGN.md, "Definitions").
 
-A run is stopped at the first checked prefix k (k >= min_steps, (k - min_steps) % every == 0) whose
-score reaches the threshold. So a run is stopped at threshold t exactly when the largest score over
-its checked prefixes is >= t, and the run-level false-positive rate (stopped resolved runs /
-resolved runs) is a step function of t over those per-run maxima.
+A run is stopped at the first checked prefix k (k >= min_steps, (k - min_steps) % every == 0) at
+which the last `persist` checked scores (k's included) all reach the threshold (persist = 1: k's
+score alone). So a run is stopped at threshold t exactly when its stopping statistic, the largest
+over checked k of the smallest of the last `persist` checked scores (`max_checked_score`), is >= t,
+and the run-level false-positive rate (stopped resolved runs / resolved runs) is a step function of
+t over those per-run statistics. Persistence makes one spiky score on a resolved run harmless.
 
 `pick_thresholds` chooses, on the validation records only, per agent and pooled, for each target
 FPR the lowest threshold whose FPR on those runs is within the target: `empirical` compares the
@@ -75,37 +77,78 @@ def checked_steps(n_steps: int, *, min_steps: int = 1, every: int = 1) -> np.nda
     return np.arange(min_steps, n_steps + 1, every)
 
 
+def schedule_of(thresholds: dict[str, Any] | None) -> dict[str, int]:
+    """The check schedule {min_steps, every, persist} of a thresholds.json dict; a missing key
+    means 1 (files written before persistence existed stop on one checked score)."""
+    sched = (thresholds or {}).get("schedule") or {}
+    return {key: int(sched.get(key, 1)) for key in ("min_steps", "every", "persist")}
+
+
+def persisted_scores(
+    scores: Sequence[float] | np.ndarray,
+    *,
+    min_steps: int = 1,
+    every: int = 1,
+    persist: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Checked prefix lengths and, at each, the smallest of the last `persist` checked scores.
+
+    The first persist - 1 checked prefixes have fewer than `persist` checked scores behind them
+    and are dropped: they can never stop a run.
+
+    Returns:
+        (ks, stat): stat[i] >= t iff the run would be stopped at ks[i] if not stopped before.
+    """
+    if persist < 1:
+        raise ValueError(f"persist must be >= 1 (got {persist})")
+    s = np.asarray(scores, dtype=np.float64)
+    ks = checked_steps(len(s), min_steps=min_steps, every=every)
+    checked = s[ks - 1]
+    if len(checked) < persist:
+        return ks[:0], checked[:0]
+    if persist == 1:
+        return ks, checked
+    win = np.lib.stride_tricks.sliding_window_view(checked, persist)
+    return ks[persist - 1 :], win.min(axis=1)
+
+
 def first_stop(
     scores: Sequence[float] | np.ndarray,
     threshold: float | None,
     *,
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
 ) -> int | None:
     """The prefix length k at which a run is stopped, or None when it is never stopped.
 
     Args:
         scores: score after steps 1..k at index k-1.
-        threshold: stop when a checked score is >= threshold; None never stops.
+        threshold: stop when the last `persist` checked scores are all >= threshold; None never
+            stops.
         min_steps: first prefix length that may be checked.
         every: check every `every` steps from min_steps on.
+        persist: how many consecutive checked scores must reach the threshold (1: one is enough).
     """
     if threshold is None:
         return None
-    s = np.asarray(scores, dtype=np.float64)
-    ks = checked_steps(len(s), min_steps=min_steps, every=every)
-    hit = np.nonzero(s[ks - 1] >= threshold)[0]
+    ks, stat = persisted_scores(scores, min_steps=min_steps, every=every, persist=persist)
+    hit = np.nonzero(stat >= threshold)[0]
     return int(ks[hit[0]]) if len(hit) else None
 
 
 def max_checked_score(
-    scores: Sequence[float] | np.ndarray, *, min_steps: int = 1, every: int = 1
+    scores: Sequence[float] | np.ndarray,
+    *,
+    min_steps: int = 1,
+    every: int = 1,
+    persist: int = 1,
 ) -> float:
-    """Largest score over the checked prefixes (-inf when none is checked): the run is stopped at
-    threshold t iff this is >= t."""
-    s = np.asarray(scores, dtype=np.float64)
-    ks = checked_steps(len(s), min_steps=min_steps, every=every)
-    return float(s[ks - 1].max()) if len(ks) else -math.inf
+    """The run's stopping statistic: the largest, over checked prefixes, of the smallest of the
+    last `persist` checked scores (-inf when fewer than `persist` prefixes are checked). The run is
+    stopped at threshold t iff this is >= t."""
+    _, stat = persisted_scores(scores, min_steps=min_steps, every=every, persist=persist)
+    return float(stat.max()) if len(stat) else -math.inf
 
 
 def run_false_positive_rate(
@@ -115,12 +158,12 @@ def run_false_positive_rate(
     scorer: str = "monitor",
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
 ) -> float:
     """Stopped resolved runs / resolved runs (NaN without resolved runs)."""
+    kw = {"min_steps": min_steps, "every": every, "persist": persist}
     stops = [
-        first_stop(r.scores[scorer], threshold, min_steps=min_steps, every=every) is not None
-        for r in records
-        if r.resolved
+        first_stop(r.scores[scorer], threshold, **kw) is not None for r in records if r.resolved
     ]
     return float(np.mean(stops)) if stops else math.nan
 
@@ -238,11 +281,15 @@ def _group_entry(
     *,
     min_steps: int,
     every: int,
+    persist: int,
     pooled_warn: float | None,
 ) -> dict[str, Any]:
+    kw = {"min_steps": min_steps, "every": every}
     maxima = np.array(
-        [max_checked_score(r.scores[cfg.scorer], min_steps=min_steps, every=every) for r in recs]
+        [max_checked_score(r.scores[cfg.scorer], **kw, persist=persist) for r in recs]
     )
+    # The warn level applies to single scores (no persistence), as a live session warns.
+    single = np.array([max_checked_score(r.scores[cfg.scorer], **kw) for r in recs])
     res = np.array([bool(r.resolved) for r in recs])
     rmax, amax = maxima[res], maxima
     n = int(res.sum())
@@ -278,7 +325,7 @@ def _group_entry(
         }
     if n:
         j = math.floor(cfg.warn_fraction * n + 1e-9)
-        warn = threshold_for_count(rmax, j, amax)
+        warn = threshold_for_count(single[res], j, single)
     else:
         warn = pooled_warn if pooled_warn is not None else 0.5
     if thresholds:
@@ -295,6 +342,7 @@ def pick_thresholds(
     confidence: float = 0.95,
     min_steps: int = 1,
     every: int = 1,
+    persist: int = 1,
     group_by: Literal["agent", "source"] = "agent",
     warn_fraction: float = 0.25,
     scorer: str = "monitor",
@@ -307,7 +355,7 @@ def pick_thresholds(
         mode: "bound" (an upper bound within target) or "empirical".
         method: the bound of bound mode: "conformal" or "clopper-pearson".
         confidence: confidence of the bound.
-        min_steps, every: the check schedule used at serving time.
+        min_steps, every, persist: the check schedule used at serving time (monitor.policy).
         group_by: record field the thresholds are conditioned on.
         warn_fraction: share of resolved runs that may see a warn.
         scorer: which score of the records to use.
@@ -331,19 +379,20 @@ def pick_thresholds(
         raise ValueError(
             f"no validation records with a {cfg.scorer!r} score to pick thresholds from"
         )
-    pooled = _group_entry(recs, cfg, min_steps=min_steps, every=every, pooled_warn=None)
+    sched = {"min_steps": int(min_steps), "every": int(every), "persist": int(persist)}
+    pooled = _group_entry(recs, cfg, **sched, pooled_warn=None)
     groups: dict[str, list[RunRecord]] = {}
     for r in recs:
         groups.setdefault(str(getattr(r, cfg.group_by)), []).append(r)
     per_agent = {
-        g: _group_entry(rs, cfg, min_steps=min_steps, every=every, pooled_warn=pooled["warn"])
+        g: _group_entry(rs, cfg, **sched, pooled_warn=pooled["warn"])
         for g, rs in sorted(groups.items())
     }
     return {
         "mode": cfg.mode,
         "confidence": cfg.confidence,
         "method": _method_name(cfg),
-        "schedule": {"min_steps": int(min_steps), "every": int(every)},
+        "schedule": sched,
         "targets": [float(t) for t in cfg.targets],
         "per_agent": per_agent,
         "pooled": pooled,
@@ -385,11 +434,22 @@ class ThresholdPicker:
     """
 
     def __init__(
-        self, config: ThresholdConfig | None = None, *, min_steps: int = 1, every: int = 1
+        self,
+        config: ThresholdConfig | None = None,
+        *,
+        min_steps: int = 1,
+        every: int = 1,
+        persist: int | None = None,
     ):
+        """persist None: monitor.policy.PolicyConfig's default (what a bundle will serve with)."""
+        from monitor.policy import PolicyConfig
+
         self.config = config or ThresholdConfig()
         self.min_steps = min_steps
         self.every = every
+        self.persist = (
+            int(PolicyConfig.model_fields["persist"].default) if persist is None else persist
+        )
 
     def fit(self, records: Sequence[RunRecord]) -> ThresholdPicker:
         """Pick thresholds on validation records."""
@@ -402,6 +462,7 @@ class ThresholdPicker:
             confidence=c.confidence,
             min_steps=self.min_steps,
             every=self.every,
+            persist=self.persist,
             group_by=c.group_by,
             warn_fraction=c.warn_fraction,
             scorer=c.scorer,
@@ -417,5 +478,9 @@ class ThresholdPicker:
         """Where this run would be stopped at `target` (None: never)."""
         t = self.threshold_for(getattr(record, self.config.group_by), target)
         return first_stop(
-            record.scores[self.config.scorer], t, min_steps=self.min_steps, every=self.every
+            record.scores[self.config.scorer],
+            t,
+            min_steps=self.min_steps,
+            every=self.every,
+            persist=self.persist,
         )
