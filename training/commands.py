@@ -13,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_train(sub)
     _register_evaluate(sub)
     _register_export(sub)
+    _register_demo(sub)
+    _register_experiments(sub)
 
 
 def _register_export(sub: argparse._SubParsersAction) -> None:
@@ -120,5 +122,81 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         from training.evaluate_cmd import run_evaluate
 
         return run_evaluate(args)
+
+    p.set_defaults(func=handler)
+
+
+def _register_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole pipeline: ingest, train, thresholds, bundle, evaluate at 5%% and 10%% FPR",
+        description=(
+            "Ingest DATA into OUT/corpus, train with CONFIG into OUT (thresholds, OUT/bundle), "
+            "evaluate on the saved test split at each target FPR (OUT/eval: JSON, markdown, "
+            "plots) and print the results table and the wall time of each stage."
+        ),
+    )
+    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
+    p.add_argument("--data", nargs="+", required=True, help="folders of transcripts + label files")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument(
+        "--targets", type=float, nargs="+", default=[0.05, 0.10], help="run-level FPR targets"
+    )
+    p.add_argument(
+        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
+    )
+
+    def handler(args: argparse.Namespace) -> int:
+        from training.config import load_pipeline_config
+        from training.demo import run_demo
+
+        cfg = load_pipeline_config(args.config, args.override)
+        run_demo(cfg, args.data, args.out, targets=args.targets)
+        return 0
+
+    p.set_defaults(func=handler)
+
+
+def _register_experiments(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment",
+        help="cross-agent transfer (leave one agent out) or ablations, on the saved test split",
+        description=(
+            "transfer: train the head on three agents, evaluate on the fourth (pooled threshold "
+            "of the training agents). ablate: signals only / LM probe / LM + signals / layers "
+            "from the feature cache, and window / LoRA / layer variants on a stated subset. "
+            "Writes OUT/experiments/NAME.json and .md."
+        ),
+    )
+    p.add_argument("name", choices=["transfer", "ablate"], help="which experiment")
+    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
+    p.add_argument("--data", nargs="+", required=True, help="transcripts or an ingest folder")
+    p.add_argument("--out", required=True, help="output folder (results in OUT/experiments/)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        help="ablate: only these variants (default: all; see training.experiments.VARIANTS)",
+    )
+    p.add_argument("--subset-train", type=int, default=120, help="ablate: subset training runs")
+    p.add_argument("--subset-test", type=int, default=160, help="ablate: subset test runs")
+    p.add_argument(
+        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
+    )
+
+    def handler(args: argparse.Namespace) -> int:
+        from training.config import load_pipeline_config
+        from training.experiments import run_experiment
+
+        cfg = load_pipeline_config(args.config, args.override)
+        run_experiment(
+            args.name,
+            cfg,
+            args.data,
+            args.out,
+            variants=args.variants,
+            subset_train=args.subset_train,
+            subset_test=args.subset_test,
+        )
+        return 0
 
     p.set_defaults(func=handler)

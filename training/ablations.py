@@ -1,0 +1,291 @@
+"""Ablations on the saved test split: what each part of the monitor buys.
+
+Variants are named SCOPE:WHAT.
+- SCOPE `full`: the config's training subsample, the whole validation and test splits, probe
+  (C, hidden scale) picked on validation, thresholds picked on validation; AUROC and the token
+  ledger at 5 % and 10 % target FPR. Only variants that read the feature cache belong here
+  (a new feature pass over ~2M tokens costs ~20 min on 2 shared cores).
+- SCOPE `subset`: a stratified (agent x label) subset of the training subsample and of the test
+  split (sizes stated in the result); the probe's (C, hidden scale) is fixed to the pair the
+  `full:lm_signals` variant picked (no validation pass); AUROC only (the subset's validation is
+  not encoded, so no thresholds). Every subset variant uses the same runs, so rows compare.
+- WHAT: `signals_only` (loop signals, no LM features), `lm_only` (LM features, no signals),
+  `lm_signals` (both: the monitor), `windowN` (featuriser window of N tokens), `layersN`
+  (backbone cut to N layers), `lora` (LoRA on the top layers, head warm-started from the probe,
+  the config's train.* fine-tuning settings).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from training.config import PipelineConfig
+from training.experiments import (
+    AUROC_KEYS,
+    TARGETS,
+    Encoded,
+    Prepared,
+    build_model,
+    encode,
+    fit_head,
+    ledger,
+    num,
+    pct,
+    pick,
+    records,
+    score,
+)
+
+log = logging.getLogger(__name__)
+VARIANTS = (
+    "full:signals_only",
+    "full:lm_only",
+    "full:lm_signals",
+    "subset:signals_only",
+    "subset:lm_only",
+    "subset:lm_signals",
+    "subset:window512",
+    "subset:window2048",
+    "subset:layers8",
+    "subset:lora",
+)
+_INPUTS = {"signals_only": (False, True), "lm_only": (True, False), "lm_signals": (True, True)}
+
+
+def variant_config(cfg: PipelineConfig, what: str) -> PipelineConfig:
+    """The pipeline config of a `windowN` / `layersN` variant (others: `cfg` itself)."""
+    if m := re.fullmatch(r"window(\d+)", what):
+        feat = cfg.featurise.model_copy(update={"window_tokens": int(m.group(1))})
+        return cfg.model_copy(update={"featurise": feat})
+    if m := re.fullmatch(r"layers(\d+)", what):
+        return cfg.model_copy(
+            update={"model": cfg.model.model_copy(update={"n_layers": int(m.group(1))})}
+        )
+    if what in _INPUTS or what == "lora":
+        return cfg
+    raise ValueError(
+        f"unknown ablation {what!r} (signals_only, lm_only, lm_signals, windowN, layersN, lora)"
+    )
+
+
+def _auroc(recs: list[Any]) -> dict[str, Any]:
+    from training.prefix_metrics import auroc_report
+
+    rep = auroc_report(recs, scorers=["monitor"])
+    return {
+        "mean_per_agent": rep["mean_per_agent"]["monitor"],
+        "per_agent": {a: e["monitor"] for a, e in rep["per_agent"].items()},
+        "pooled": rep["pooled"]["monitor"],
+    }
+
+
+def _lora(
+    cfg: PipelineConfig,
+    runs: dict[str, list[Any]],
+    ref: dict[str, Encoded],
+    pair: tuple[float, float],
+) -> tuple[list[Any], dict[str, Any]]:
+    """LoRA on the subset: probe warm start on cached features, fine-tune, re-encode the test runs."""
+    from training.data import prefix_examples, run_weights, window_examples
+    from training.heads import add_lora, finetune, merge_lora
+
+    tc = cfg.train
+    model = build_model(cfg)
+    fit_head(cfg, model, runs["train"], ref["train"], grid=[pair])
+    ex = prefix_examples(
+        runs["train"],
+        min_steps=cfg.policy.min_steps,
+        every=cfg.policy.every,
+        weights=run_weights(runs["train"], balance=tc.balance),
+        max_per_run=tc.max_prefixes_per_run,
+    )
+    ex_w = window_examples(ref["train"].featuriser, runs["train"], ref["train"].signals, ex)
+    add_lora(
+        model,
+        r=tc.lora_r,
+        alpha=tc.lora_alpha,
+        dropout=tc.lora_dropout,
+        top_layers=tc.lora_top_layers,
+        target_modules=tc.lora_targets,
+    )
+    model.train()
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        losses = finetune(
+            model,
+            ex_w,
+            out_dir=tmp,
+            epochs=tc.epochs,
+            max_steps=tc.max_steps,
+            lr=tc.lr,
+            batch_size=tc.batch_size,
+            grad_accum=tc.grad_accum,
+            weight_decay=tc.weight_decay,
+            warmup_steps=tc.warmup_steps,
+            seed=tc.seed,
+            progress=tc.progress,
+        )
+    train_s = time.perf_counter() - t
+    merge_lora(model)
+    model = model.float().eval()
+    test = encode(cfg, runs["test"], model=model, cached=False)
+    info = {
+        "windows": len(ex_w),
+        "losses": losses,
+        "finetune_seconds": round(train_s, 1),
+        "test_pass_seconds": round(test.seconds, 1),
+        "settings": {
+            k: getattr(tc, k)
+            for k in ("epochs", "lr", "batch_size", "lora_r", "lora_alpha", "lora_top_layers")
+        },
+    }
+    return records(runs["test"], score(model, test), test), info
+
+
+def run_ablations(
+    cfg: PipelineConfig,
+    prep: Prepared,
+    *,
+    variants: Sequence[str] | None = None,
+    subset_train: int = 120,
+    subset_test: int = 160,
+) -> dict[str, Any]:
+    """Run the named variants (default VARIANTS, in that order); returns the JSON of the report."""
+    from training.data import stratified_subsample
+
+    names = list(variants or VARIANTS)
+    for v in names:
+        scope, _, what = v.partition(":")
+        if scope not in ("full", "subset"):
+            raise ValueError(f"ablation {v!r}: scope must be full: or subset:")
+        variant_config(cfg, what)
+        if scope == "full" and what not in _INPUTS:
+            raise ValueError(f"ablation {v!r}: only signals_only/lm_only/lm_signals run on full")
+    seed = cfg.data.subsample_seed
+    sub = {
+        "train": stratified_subsample(prep.split["train"], subset_train, seed=seed),
+        "test": stratified_subsample(prep.split["test"], subset_test, seed=seed),
+    }
+    out: dict[str, Any] = {
+        "full": {n: len(prep.split[n]) for n in ("train", "val", "test")},
+        "subset": {n: len(rs) for n, rs in sub.items()},
+        "subset_rule": "stratified by (agent, label) from the config's training subsample and "
+        f"from the test split (seed {seed}); probe (C, hidden scale) fixed to full:lm_signals' pick",
+        "variants": {},
+    }
+    model = None
+    enc_full: dict[str, Encoded] = {}
+    enc_sub: dict[str, Encoded] = {}
+    pair = (cfg.train.probe_C[0], cfg.train.probe_hidden_scale[0])
+    pair_from = "config grid (first pair): full:lm_signals was not run first"
+    for v in names:
+        scope, _, what = v.partition(":")
+        t = time.perf_counter()
+        entry: dict[str, Any] = {"scope": scope}
+        if scope == "full":
+            if not enc_full:
+                model = model or build_model(cfg)
+                enc_full = {
+                    n: encode(cfg, prep.split[n], model=model) for n in ("train", "val", "test")
+                }
+            use_h, use_s = _INPUTS[what]
+            sel = fit_head(cfg, model, prep.split["train"], enc_full["train"], use_hidden=use_h,
+                           use_signals=use_s, val_runs=prep.split["val"], val=enc_full["val"])  # fmt: skip
+            if what == "lm_signals":
+                pair, pair_from = (sel["C"], sel["hidden_scale"]), "full:lm_signals"
+            val = records(
+                prep.split["val"],
+                score(model, enc_full["val"], use_hidden=use_h, use_signals=use_s),
+                enc_full["val"],
+            )
+            test = records(
+                prep.split["test"],
+                score(model, enc_full["test"], use_hidden=use_h, use_signals=use_s),
+                enc_full["test"],
+            )
+            th = pick(cfg, val)
+            entry.update(train_runs=len(prep.split["train"]), test_runs=len(test), selection=sel)
+            entry["ledger"] = {f"{tg:g}": ledger(test, th, target=tg) for tg in TARGETS}
+        else:
+            if not enc_sub:
+                model = model or build_model(cfg)
+                enc_sub = {n: encode(cfg, rs, model=model) for n, rs in sub.items()}
+            entry.update(
+                train_runs=len(sub["train"]),
+                test_runs=len(sub["test"]),
+                probe={"C": pair[0], "hidden_scale": pair[1], "from": pair_from},
+            )
+            if what in _INPUTS:
+                use_h, use_s = _INPUTS[what]
+                fit_head(
+                    cfg,
+                    model,
+                    sub["train"],
+                    enc_sub["train"],
+                    use_hidden=use_h,
+                    use_signals=use_s,
+                    grid=[pair],
+                )
+                test = records(
+                    sub["test"],
+                    score(model, enc_sub["test"], use_hidden=use_h, use_signals=use_s),
+                    enc_sub["test"],
+                )
+            elif what == "lora":
+                test, entry["lora"] = _lora(cfg, sub, enc_sub, pair)
+            else:
+                vcfg = variant_config(cfg, what)
+                vmodel = build_model(vcfg)
+                enc = {n: encode(vcfg, rs, model=vmodel) for n, rs in sub.items()}
+                entry["feature_pass"] = {
+                    "tokens": sum(e.tokens_encoded for e in enc.values()),
+                    "seconds": round(sum(e.seconds for e in enc.values()), 1),
+                    "encoded_tokens_total": sum(sum(e.encoded) for e in enc.values()),
+                }
+                fit_head(vcfg, vmodel, sub["train"], enc["train"], grid=[pair])
+                test = records(sub["test"], score(vmodel, enc["test"]), enc["test"])
+        entry["auroc"] = _auroc(test)
+        entry["seconds"] = round(time.perf_counter() - t, 1)
+        out["variants"][v] = entry
+        log.info(
+            "ablation %s: mean per-agent AUROC %s (%.1f s)",
+            v,
+            entry["auroc"]["mean_per_agent"],
+            entry["seconds"],
+        )
+    return out
+
+
+def ablation_table(result: dict[str, Any]) -> str:
+    """One markdown table: a row per variant."""
+    agents = sorted({a for e in result["variants"].values() for a in e["auroc"]["per_agent"]})
+    head = ["variant", "train runs", "test runs", "mean/agent AUROC " + " / ".join(AUROC_KEYS),
+            *(f"{a} overall" for a in agents)]  # fmt: skip
+    for tg in TARGETS:
+        head += [f"FPR@{tg:g}", f"saved@{tg:g}"]
+    head.append("s")
+    lines = [
+        "Ablations on the test split. full: training subsample "
+        f"{result['full']['train']} runs, validation {result['full']['val']}, test "
+        f"{result['full']['test']} runs; subset: {result['subset']['train']} training and "
+        f"{result['subset']['test']} test runs ({result['subset_rule']}; no thresholds, AUROC only).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|---|" + "---:|" * (len(head) - 1),
+    ]
+    for v, e in result["variants"].items():
+        a = e["auroc"]
+        cells = [v, str(e["train_runs"]), str(e["test_runs"]),
+                 " / ".join(num(a["mean_per_agent"][k]) for k in AUROC_KEYS),
+                 *(num(a["per_agent"].get(g, {}).get("overall")) for g in agents)]  # fmt: skip
+        for tg in TARGETS:
+            m = (e.get("ledger") or {}).get(f"{tg:g}")
+            cells += [pct(m["realized_fpr"]), pct(m["token_savings"])] if m else ["-", "-"]
+        cells.append(f"{e['seconds']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
