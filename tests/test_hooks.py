@@ -19,7 +19,7 @@ os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 class ScriptedRunScorer(ScriptedScorer):
     """The scripted scorer plus what whole-run scoring needs (thresholds, policy)."""
 
-    policy: dict = {"min_steps": 2}
+    policy: dict = {"min_steps": 2, "persist": 1}  # one checked score stops, as scripted
 
     def score_run(self, traj):
         return [self.scores[min(k, len(self.scores)) - 1] for k in range(1, len(traj.steps) + 1)]
@@ -58,7 +58,7 @@ def _agent(tmp_path, scores, commands, **kw):
     (work / "a.py").write_text("x = 2\n")  # an uncommitted change the restart packet must carry
     Agent = monitored(DefaultAgent)
     monitor = Monitor(
-        PolicyConfig(min_steps=2, every=1),
+        PolicyConfig(min_steps=2, every=1, persist=1),
         scorer=ScriptedScorer(scores, threshold=0.8, warn_threshold=0.5),
     )
     agent = Agent(
@@ -156,7 +156,14 @@ def test_claude_code_cli_with_bundle(tiny_model_dir, tmp_path_factory, fixtures_
     pytest.importorskip("torch")
     from bundle_helpers import shared_bundle
 
-    bundle = shared_bundle(tiny_model_dir, tmp_path_factory)
+    # A copy whose pooled stop threshold is refused (no stop by score, as in a real bundle without
+    # enough resolved runs), so only the heuristic halt can stop the loop, whatever the random
+    # tiny head scores.
+    bundle = tmp_path / "bundle"
+    shutil.copytree(shared_bundle(tiny_model_dir, tmp_path_factory), bundle)
+    manifest = json.loads((bundle / "monitor.json").read_text())
+    manifest["thresholds"]["pooled"]["stop"] = {"0.05": {"refused": "test: halts only"}}
+    (bundle / "monitor.json").write_text(json.dumps(manifest))
     path = tmp_path / "loop.jsonl"
     shutil.copyfile(fixtures_dir / "claude_code_constructed_loop.jsonl", path)
     cmd = [sys.executable, "-m", "training.cli", "hook", "claude-code", "--bundle", str(bundle)]
