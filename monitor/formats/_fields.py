@@ -8,10 +8,13 @@ by the reader) and never with a TypeError or KeyError.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from monitor.errors import TranscriptError
 from monitor.textio import strip_gz
 
 # Tools whose `command` argument is the action itself (the shell command line).
@@ -144,3 +147,20 @@ def file_stem(path: Path) -> str:
         if name.endswith(ext):
             return name[: -len(ext)]
     return name
+
+
+@contextmanager
+def malformed(path: Path, what: str) -> Iterator[None]:
+    """Turn a parser's stray KeyError/TypeError/ValueError/... into a TranscriptError.
+
+    Args:
+        path: the transcript being parsed (named in the error).
+        what: what it should have been, e.g. "SWE-agent trajectory".
+
+    Raises:
+        TranscriptError: "malformed {what}: {the original error}" (TranscriptErrors pass through).
+    """
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+        raise TranscriptError(path, f"malformed {what}: {e!r}") from e

@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
-from monitor.formats._fields import as_dict, as_float, as_int, as_list, as_str, content_text
+from monitor.formats._fields import (
+    as_dict,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    content_text,
+    malformed,
+)
 from monitor.formats._layout import place_task_dir, run_id
 from monitor.ledger import fill_estimates
 from monitor.textio import load_json, read_text, strip_gz
@@ -230,10 +238,7 @@ def read(path: Path) -> Trajectory:
     if not path.is_dir():
         raise TranscriptError(path, "an AutoCodeRover run is a task directory, not a file")
     try:
-        return _parse(path)
-    except TranscriptError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
-        raise TranscriptError(path, f"malformed AutoCodeRover task directory: {e!r}") from e
+        with malformed(path, "AutoCodeRover task directory"):
+            return _parse(path)
     except OSError as e:
         raise TranscriptError(path, f"cannot read: {e}") from e

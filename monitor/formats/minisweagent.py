@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
-from monitor.formats._fields import action_text, as_dict, as_float, as_int, as_list, as_str
+from monitor.formats._fields import (
+    action_text,
+    as_dict,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    malformed,
+)
 from monitor.formats._layout import place_file, run_id
 from monitor.ledger import fill_estimates
 from monitor.textio import load_json, strip_gz
@@ -213,9 +221,5 @@ def _parse(path: Path, data: Any) -> Trajectory:
 def read(path: Path) -> Trajectory:
     """Parse a mini-swe-agent `.traj.json` (plain or gzip) into its steps."""
     path = Path(path)
-    try:
+    with malformed(path, "mini-swe-agent trajectory"):
         return _parse(path, load_json(path))
-    except TranscriptError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
-        raise TranscriptError(path, f"malformed mini-swe-agent trajectory: {e!r}") from e

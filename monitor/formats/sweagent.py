@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
-from monitor.formats._fields import as_dict, as_float, as_int, as_list, as_str, content_text
+from monitor.formats._fields import (
+    as_dict,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+    content_text,
+    malformed,
+)
 from monitor.formats._layout import place_file, run_id
 from monitor.ledger import fill_estimates
 from monitor.textio import load_json, strip_gz
@@ -242,9 +250,5 @@ def _parse(path: Path, data: Any) -> Trajectory:
 def read(path: Path) -> Trajectory:
     """Parse a SWE-agent `.traj` (plain or gzip) into the main agent's steps."""
     path = Path(path)
-    try:
+    with malformed(path, "SWE-agent trajectory"):
         return _parse(path, load_json(path))
-    except TranscriptError:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
-        raise TranscriptError(path, f"malformed SWE-agent trajectory: {e!r}") from e
