@@ -3,10 +3,11 @@
 Variants are named SCOPE:WHAT.
 - SCOPE `full`: the config's training subsample, the whole validation and test splits, probe
   (C, hidden scale) picked on validation, thresholds picked on validation; AUROC and the token
-  ledger at 5 % and 10 % target FPR. Only variants that read the feature cache belong here
-  (a new feature pass over ~2M tokens costs ~20 min on 2 shared cores).
-- SCOPE `subset`: a stratified (agent x label) subset of the training subsample and of the test
-  split (sizes stated in the result); the probe's (C, hidden scale) is fixed to the pair the
+  ledger at 5 % and 10 % target FPR. Meant for variants whose features are in the cache
+  (signals_only, lm_only, lm_signals; layersN once `failfast train` ran with that cut): a new
+  feature pass over ~2M tokens costs ~20 min at 4 layers on 2 shared cores.
+- SCOPE `subset`: per agent at most `subset_train` runs of the training subsample and
+  `subset_test` of the test split, stratified by label (sizes stated in the result); the probe's (C, hidden scale) is fixed to the pair the
   `full:lm_signals` variant picked (no validation pass); AUROC only (the subset's validation is
   not encoded, so no thresholds). Every subset variant uses the same runs, so rows compare.
 - WHAT: `signals_only` (loop signals, no LM features), `lm_only` (LM features, no signals),
@@ -27,6 +28,7 @@ from typing import Any
 from training.config import PipelineConfig
 from training.experiments import (
     AUROC_KEYS,
+    SPLITS,
     TARGETS,
     Encoded,
     Prepared,
@@ -46,6 +48,7 @@ VARIANTS = (
     "full:signals_only",
     "full:lm_only",
     "full:lm_signals",
+    "full:layers6",
     "subset:signals_only",
     "subset:lm_only",
     "subset:lm_signals",
@@ -147,35 +150,74 @@ def _lora(
     return records(runs["test"], score(model, test), test), info
 
 
+def per_agent_subset(runs: Sequence[Any], cap: int, *, seed: int) -> list[Any]:
+    """At most `cap` runs of each agent, stratified by label (seeded), in the input order."""
+    from training.data import stratified_subsample
+
+    keep = {
+        id(r)
+        for a in sorted({r.agent for r in runs})
+        for r in stratified_subsample([r for r in runs if r.agent == a], cap, seed=seed)
+    }
+    return [r for r in runs if id(r) in keep]
+
+
+def _pass_info(enc: dict[str, Encoded]) -> dict[str, Any]:
+    return {
+        "tokens_encoded_now": sum(e.tokens_encoded for e in enc.values()),
+        "seconds": round(sum(e.seconds for e in enc.values()), 1),
+        "encoded_tokens_total": sum(sum(e.encoded) for e in enc.values()),
+    }
+
+
+def _full(
+    cfg: PipelineConfig,
+    prep: Prepared,
+    model: Any,
+    enc: dict[str, Encoded],
+    use_h: bool,
+    use_s: bool,
+) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Probe picked on validation, thresholds on validation, ledger on test."""
+    sp = prep.split
+    sel = fit_head(cfg, model, sp["train"], enc["train"], use_hidden=use_h, use_signals=use_s,
+                   val_runs=sp["val"], val=enc["val"])  # fmt: skip
+    recs = {
+        n: records(sp[n], score(model, enc[n], use_hidden=use_h, use_signals=use_s), enc[n])
+        for n in ("val", "test")
+    }
+    th = pick(cfg, recs["val"])
+    return recs["test"], sel, {f"{tg:g}": ledger(recs["test"], th, target=tg) for tg in TARGETS}
+
+
 def run_ablations(
     cfg: PipelineConfig,
     prep: Prepared,
     *,
     variants: Sequence[str] | None = None,
-    subset_train: int = 120,
-    subset_test: int = 160,
+    subset_train: int = 30,
+    subset_test: int = 40,
 ) -> dict[str, Any]:
     """Run the named variants (default VARIANTS, in that order); returns the JSON of the report."""
-    from training.data import stratified_subsample
-
     names = list(variants or VARIANTS)
     for v in names:
         scope, _, what = v.partition(":")
         if scope not in ("full", "subset"):
             raise ValueError(f"ablation {v!r}: scope must be full: or subset:")
         variant_config(cfg, what)
-        if scope == "full" and what not in _INPUTS:
-            raise ValueError(f"ablation {v!r}: only signals_only/lm_only/lm_signals run on full")
+        if scope == "full" and not (what in _INPUTS or what.startswith("layers")):
+            raise ValueError(f"ablation {v!r}: full: takes signals_only/lm_only/lm_signals/layersN")
     seed = cfg.data.subsample_seed
     sub = {
-        "train": stratified_subsample(prep.split["train"], subset_train, seed=seed),
-        "test": stratified_subsample(prep.split["test"], subset_test, seed=seed),
+        "train": per_agent_subset(prep.split["train"], subset_train, seed=seed),
+        "test": per_agent_subset(prep.split["test"], subset_test, seed=seed),
     }
     out: dict[str, Any] = {
         "full": {n: len(prep.split[n]) for n in ("train", "val", "test")},
         "subset": {n: len(rs) for n, rs in sub.items()},
-        "subset_rule": "stratified by (agent, label) from the config's training subsample and "
-        f"from the test split (seed {seed}); probe (C, hidden scale) fixed to full:lm_signals' pick",
+        "subset_rule": f"per agent at most {subset_train} runs of the config's training subsample "
+        f"and {subset_test} of the test split, stratified by label (seed {seed}); probe "
+        "(C, hidden scale) fixed to full:lm_signals' pick",
         "variants": {},
     }
     model = None
@@ -188,29 +230,22 @@ def run_ablations(
         t = time.perf_counter()
         entry: dict[str, Any] = {"scope": scope}
         if scope == "full":
-            if not enc_full:
-                model = model or build_model(cfg)
-                enc_full = {
-                    n: encode(cfg, prep.split[n], model=model) for n in ("train", "val", "test")
-                }
-            use_h, use_s = _INPUTS[what]
-            sel = fit_head(cfg, model, prep.split["train"], enc_full["train"], use_hidden=use_h,
-                           use_signals=use_s, val_runs=prep.split["val"], val=enc_full["val"])  # fmt: skip
+            if what in _INPUTS:
+                if not enc_full:
+                    model = model or build_model(cfg)
+                    enc_full = {n: encode(cfg, prep.split[n], model=model) for n in SPLITS}
+                test, sel, led = _full(cfg, prep, model, enc_full, *_INPUTS[what])
+            else:  # layersN: its own (cached) features
+                vcfg = variant_config(cfg, what)
+                vmodel = build_model(vcfg)
+                enc = {n: encode(vcfg, prep.split[n], model=vmodel) for n in SPLITS}
+                entry["feature_pass"] = _pass_info(enc)
+                test, sel, led = _full(vcfg, prep, vmodel, enc, True, True)
             if what == "lm_signals":
                 pair, pair_from = (sel["C"], sel["hidden_scale"]), "full:lm_signals"
-            val = records(
-                prep.split["val"],
-                score(model, enc_full["val"], use_hidden=use_h, use_signals=use_s),
-                enc_full["val"],
+            entry.update(
+                train_runs=len(prep.split["train"]), test_runs=len(test), selection=sel, ledger=led
             )
-            test = records(
-                prep.split["test"],
-                score(model, enc_full["test"], use_hidden=use_h, use_signals=use_s),
-                enc_full["test"],
-            )
-            th = pick(cfg, val)
-            entry.update(train_runs=len(prep.split["train"]), test_runs=len(test), selection=sel)
-            entry["ledger"] = {f"{tg:g}": ledger(test, th, target=tg) for tg in TARGETS}
         else:
             if not enc_sub:
                 model = model or build_model(cfg)
@@ -242,11 +277,7 @@ def run_ablations(
                 vcfg = variant_config(cfg, what)
                 vmodel = build_model(vcfg)
                 enc = {n: encode(vcfg, rs, model=vmodel) for n, rs in sub.items()}
-                entry["feature_pass"] = {
-                    "tokens": sum(e.tokens_encoded for e in enc.values()),
-                    "seconds": round(sum(e.seconds for e in enc.values()), 1),
-                    "encoded_tokens_total": sum(sum(e.encoded) for e in enc.values()),
-                }
+                entry["feature_pass"] = _pass_info(enc)
                 fit_head(vcfg, vmodel, sub["train"], enc["train"], grid=[pair])
                 test = records(sub["test"], score(vmodel, enc["test"]), enc["test"])
         entry["auroc"] = _auroc(test)

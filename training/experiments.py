@@ -271,7 +271,12 @@ def pick(cfg: PipelineConfig, val_records: Sequence[RunRecord]) -> dict[str, Any
     """thresholds.json content picked on validation records, as `failfast train` does."""
     from training.thresholds import ThresholdPicker
 
-    picker = ThresholdPicker(cfg.thresholds, min_steps=cfg.policy.min_steps, every=cfg.policy.every)
+    picker = ThresholdPicker(
+        cfg.thresholds,
+        min_steps=cfg.policy.min_steps,
+        every=cfg.policy.every,
+        persist=getattr(cfg.policy, "persist", None),
+    )
     return picker.fit(list(val_records)).thresholds_
 
 
@@ -289,6 +294,7 @@ def ledger(
         target=target,
         min_steps=int(sched.get("min_steps", 1)),
         every=int(sched.get("every", 1)),
+        persist=int(sched.get("persist", 1)),
     )
     m = ledger_metrics(test_records, stops, restart_pool=test_records)
     keys = ("runs", "resolved_runs", "realized_fpr", "fpr_ci", "recall", "token_savings")
@@ -320,8 +326,8 @@ def run_experiment(
     out: str | Path,
     *,
     variants: Sequence[str] | None = None,
-    subset_train: int = 120,
-    subset_test: int = 160,
+    subset_train: int = 30,
+    subset_test: int = 40,
 ) -> dict[str, Any]:
     """Run `transfer` or `ablate`, write OUT/experiments/, print the table; returns the JSON."""
     from training.transfer import run_transfer, transfer_table
