@@ -8,8 +8,9 @@ No torch here: onnxruntime, tokenizers and numpy only.
     raw = scorer.start(task, agent)            # ScoreSession: observe(step) -> float
 
 A live session feeds only the new step's tokens to model_kv.onnx on top of the cached keys and
-values; when the featuriser re-renders the window (it outgrew `window_tokens`), the cache is
-dropped and the whole new window is encoded once.
+values (and, for a bundle with pooling "last+mean", the running sum and count of the window's
+hidden states); when the featuriser re-renders the window (it outgrew `window_tokens`), that
+state is dropped and the whole new window is encoded once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.errors import BundleError
 from monitor.featurise import Featuriser, FeaturiserConfig
 from monitor.signals import SIGNAL_NAMES, SignalTracker, signal_matrix
 from monitor.types import Step, Trajectory
@@ -85,6 +87,21 @@ class Scorer:
         kv = bundle.kv
         self.past_names = [f"past_{t}_{i}" for i in range(kv["n_layers"]) for t in ("key", "value")]
         self._empty_past = np.zeros((1, kv["kv_heads"], 0, kv["head_dim"]), np.float32)
+        # The state a session starts from (and returns to on a re-render): an empty KV cache and,
+        # for pooling "last+mean", a zero running sum (1, H) and count (1, 1) of hidden states.
+        self._start_state: list[np.ndarray] = [self._empty_past] * len(self.past_names)
+        sum_input = {i.name: i for i in self.kv.get_inputs()}.get("past_hidden_sum")
+        self.pooled = sum_input is not None
+        if sum_input is not None:
+            width = sum_input.shape[-1]
+            if not isinstance(width, int):
+                raise BundleError(f"{bundle.path / 'model_kv.onnx'}: past_hidden_sum has no width")
+            self.past_names = ["past_hidden_sum", "past_count", *self.past_names]
+            zeros: list[np.ndarray] = [
+                np.zeros((1, width), np.float32),
+                np.zeros((1, 1), np.float32),
+            ]
+            self._start_state = zeros + self._start_state
 
     @classmethod
     def load(
@@ -212,7 +229,7 @@ class KVScoreSession:
                 self._window.extend(ids)
             sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
             if self._past is None:
-                new, past = self._window, [self._scorer._empty_past] * len(self._scorer.past_names)
+                new, past = self._window, self._scorer._start_state
             else:
                 new, past = list(ids), self._past
             return self._run(new, past, sig)
@@ -220,7 +237,7 @@ class KVScoreSession:
     def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
         s = self._scorer
         self._past = None  # until this call succeeds
-        total = past[0].shape[2] + len(new) if past else len(new)
+        total = past[-1].shape[2] + len(new) if past else len(new)
         feed = {
             "input_ids": np.asarray([new], dtype=np.int64),
             "attention_mask": np.ones((1, total), dtype=np.int64),

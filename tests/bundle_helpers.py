@@ -37,7 +37,12 @@ THRESHOLDS = {
 
 
 def build_tiny_bundle(
-    tiny_model_dir: Path, root: Path, *, int8: bool = False, window_tokens: int = 640
+    tiny_model_dir: Path,
+    root: Path,
+    *,
+    int8: bool = False,
+    window_tokens: int = 640,
+    pooling: str = "last",
 ) -> Path:
     """Export a tiny PrefixClassifier (random head, all signals) into root/bundle."""
     import torch
@@ -49,7 +54,7 @@ def build_tiny_bundle(
     from training.model import PrefixClassifier, save_classifier
 
     torch.manual_seed(0)
-    model = PrefixClassifier(load_backbone(tiny_model_dir), SIGNAL_NAMES)
+    model = PrefixClassifier(load_backbone(tiny_model_dir), SIGNAL_NAMES, pooling=pooling)
     with torch.no_grad():
         torch.nn.init.normal_(model.head.weight, std=0.6)
         model.head.bias.fill_(-0.2)
@@ -117,11 +122,15 @@ def make_run(n: int, *, agent: str = "mini-swe-agent", seed: int = 0) -> Traject
 _SHARED: dict[str, Path] = {}
 
 
-def shared_bundle(tiny_model_dir: Path, tmp_path_factory) -> Path:
-    """One int8-enabled tiny bundle per test session (tests must not modify it)."""
-    key = str(tiny_model_dir)
+def shared_bundle(tiny_model_dir: Path, tmp_path_factory, *, pooling: str = "last") -> Path:
+    """One tiny bundle per pooling per test session (tests must not modify it); the "last" one
+    has int8 graphs too."""
+    key = f"{tiny_model_dir}:{pooling}"
     if key not in _SHARED:
         _SHARED[key] = build_tiny_bundle(
-            tiny_model_dir, tmp_path_factory.mktemp("shared-bundle"), int8=True
+            tiny_model_dir,
+            tmp_path_factory.mktemp("shared-bundle"),
+            int8=pooling == "last",
+            pooling=pooling,
         )
     return _SHARED[key]

@@ -28,7 +28,8 @@ def test_bundle_files_and_manifest(bundle):
     assert 0 < m["export"]["int8_max_abs_diff"] < 0.5
     assert m["featuriser"]["window_tokens"] == 640
     assert len(m["signal_names"]) == 25
-    assert m["kv"] == {"n_layers": 2, "kv_heads": 4, "head_dim": 4}
+    assert m["kv"] == {"n_layers": 2, "kv_heads": 4, "head_dim": 4, "pooled_hidden": 0}
+    assert m["classifier"]["pooling"] == "last"
     # the schedule of thresholds.json is the policy's
     assert (m["policy"]["min_steps"], m["policy"]["every"]) == (2, 1)
     # every file but monitor.json is hashed, baselines included
@@ -65,6 +66,51 @@ def test_graphs_match_torch_on_other_shapes(bundle, tiny_model_dir):
     )[0]
     assert got.shape == (4, 3)
     assert np.abs(got - ref).max() <= 1e-4
+
+
+def test_mean_pooled_kv_graph_carries_the_running_mean(tiny_model_dir, tmp_path_factory):
+    """pooling last+mean: model_kv.onnx fed in three chunks (running hidden sum/count passed
+    along with the KV cache) gives the whole-rendering logits at each chunk's last token."""
+    import onnxruntime as ort
+    import torch
+
+    from training.export import kv_names
+    from training.model import load_classifier
+
+    bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
+    m = json.loads((bundle / "monitor.json").read_text())
+    assert m["classifier"]["pooling"] == "last+mean"
+    assert m["kv"]["pooled_hidden"] == 16
+    assert m["export"]["full_max_abs_diff"] <= 1e-4
+    assert m["export"]["kv_max_abs_diff"] <= 1e-4
+    model = load_classifier(bundle.parent / "model")
+    assert model.pooling == "last+mean"
+    sess = ort.InferenceSession(str(bundle / "model_kv.onnx"), providers=["CPUExecutionProvider"])
+    past_names, present_names = kv_names(2, pooled=True)
+    assert [i.name for i in sess.get_inputs()][3:] == past_names
+    assert [o.name for o in sess.get_outputs()][1:] == present_names
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(1, 300, (1, 61), generator=g)
+    cuts = [(0, 17), (17, 18), (18, 61)]  # one chunk of a single token
+    sig = torch.rand(1, 3, 25, generator=g) * 50
+    with torch.no_grad():
+        ref = model(ids, torch.ones_like(ids), torch.tensor([[16, 17, 60]]), sig).numpy()[0]
+        h = model.features(ids, torch.ones_like(ids))[0].numpy()
+    state = [np.zeros((1, 16), np.float32), np.zeros((1, 1), np.float32)]
+    state += [np.zeros((1, 4, 0, 4), np.float32)] * 4
+    got = []
+    for j, (a, b) in enumerate(cuts):
+        feed = {
+            "input_ids": ids[:, a:b].numpy(),
+            "attention_mask": np.ones((1, b), np.int64),
+            "signals": sig[:, j].numpy(),
+            **dict(zip(past_names, state, strict=True)),
+        }
+        logits, *state = sess.run(None, feed)
+        got.append(float(logits[0]))
+        assert state[1][0, 0] == b  # the count of tokens in the window so far
+        np.testing.assert_allclose(state[0][0], h[:b].sum(axis=0), rtol=1e-4, atol=1e-4)
+    assert np.abs(np.array(got) - ref).max() <= 1e-4
 
 
 def test_export_without_signals(tiny_model_dir, tmp_path):

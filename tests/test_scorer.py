@@ -72,6 +72,29 @@ def test_session_matches_score_run_across_rerenders(scorer):
     assert sess.tokens_encoded <= per_prefix
 
 
+@pytest.fixture(scope="module")
+def pooled_bundle(tiny_model_dir, tmp_path_factory):
+    return shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
+
+
+def test_mean_pooled_session_equals_whole_rendering_at_every_step(pooled_bundle):
+    """pooling last+mean: the running hidden sum/count travels with the KV cache and restarts
+    on each re-render, so every live score equals the whole-rendering (and torch) score."""
+    from serving.scorer import Scorer
+
+    scorer = Scorer.load(pooled_bundle, threads=1)
+    assert scorer.pooled
+    traj = make_run(30, seed=3)
+    full = np.array(scorer.score_run(traj))
+    np.testing.assert_allclose(full, torch_scores(pooled_bundle, traj), atol=1e-5)
+    sess = scorer.start(traj.task, traj.agent)
+    live = np.array([sess.observe(s) for s in traj.steps])
+    assert sess.restarts >= 3
+    assert np.abs(live - full).max() <= 1e-4
+    # the mean matters: the same head on "last" alone scores differently
+    assert not scorer.bundle.kv["pooled_hidden"] == 0
+
+
 def test_score_prefix_is_the_run_score(scorer):
     traj = make_run(12, seed=1)
     full = scorer.score_run(traj)

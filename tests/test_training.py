@@ -15,6 +15,7 @@ from monitor.featurise import Featuriser, FeaturiserConfig  # noqa: E402
 from monitor.signals import SIGNAL_NAMES, signal_matrix  # noqa: E402
 from monitor.types import Step, Trajectory  # noqa: E402
 from training import baselines as bl  # noqa: E402
+from training.backbone import load_backbone  # noqa: E402
 from training.config import PipelineConfig  # noqa: E402
 from training.data import (  # noqa: E402
     checked_steps,
@@ -24,9 +25,21 @@ from training.data import (  # noqa: E402
     stratified_subsample,
     window_examples,
 )
-from training.features import FeatureCache, PassStats, extract_features, run_hash  # noqa: E402
+from training.features import (  # noqa: E402
+    FeatureCache,
+    PassStats,
+    config_hash,
+    extract_features,
+    feature_key,
+    run_hash,
+)
 from training.heads import add_lora, finetune, fit_probe, head_scores, merge_lora  # noqa: E402
-from training.model import build_classifier, load_classifier, save_classifier  # noqa: E402
+from training.model import (  # noqa: E402
+    PrefixClassifier,
+    build_classifier,
+    load_classifier,
+    save_classifier,
+)
 from training.records import load_records  # noqa: E402
 from training.splits import load_splits, make_splits, save_splits  # noqa: E402
 from training.train import run_pipeline  # noqa: E402
@@ -178,6 +191,79 @@ def test_one_pass_equals_per_prefix_encoding(model, featuriser, runs):
         np.testing.assert_allclose(feats[0].hidden[k - 1], alone, atol=1e-5)
     assert feats[0].hidden.shape == (len(runs[0].steps), 16)
     assert feats[0].encoded_tokens == sum(len(w.ids) for w in featuriser.windows(runs[0]))
+
+
+def test_causal_mean_pooling_equals_direct_mean(tiny_model_dir):
+    torch.manual_seed(1)
+    model = build_classifier(str(tiny_model_dir), None, SIGNAL_NAMES, pooling="last+mean").eval()
+    assert model.head.in_features == 2 * 16 + len(SIGNAL_NAMES)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(1, 300, (2, 19), generator=g)
+    mask = torch.ones(2, 19, dtype=torch.long)
+    mask[1, 11:] = 0  # right padding
+    with torch.no_grad():
+        torch.nn.init.normal_(model.head.weight, std=0.5)
+        feats = model.token_features(ids, mask)  # (B, T, 2H)
+        h = model.features(ids, mask)
+    assert feats.shape == (2, 19, 32)
+    for row, n in ((0, 19), (1, 11)):
+        hr = h[row, :n].double().numpy()
+        direct = np.cumsum(hr, axis=0) / np.arange(1, n + 1)[:, None]
+        np.testing.assert_allclose(feats[row, :n, :16].numpy(), hr, atol=1e-6)
+        np.testing.assert_allclose(feats[row, :n, 16:].numpy(), direct, atol=1e-5)
+        # each row's mean is that of the row encoded alone (padding is masked out)
+        with torch.no_grad():
+            alone = model.token_features(ids[row : row + 1, :n], mask[row : row + 1, :n])[0]
+        np.testing.assert_allclose(feats[row, :n].numpy(), alone.numpy(), atol=1e-5)
+    # forward = head over the gathered [last ; mean] at the positions
+    pos = torch.tensor([[2, 10, 18], [0, 5, 10]])
+    sig = torch.rand(2, 3, len(SIGNAL_NAMES), generator=g) * 9
+    with torch.no_grad():
+        logits = model(ids, mask, pos, sig)
+        for row in range(2):
+            want = model.head_logits(feats[row, pos[row]][None], sig[row][None])[0]
+            assert torch.allclose(logits[row], want, atol=1e-6)
+
+
+def test_mean_pooled_features_one_pass_and_round_trip(tiny_model_dir, featuriser, runs, tmp_path):
+    torch.manual_seed(0)
+    model = build_classifier(str(tiny_model_dir), None, SIGNAL_NAMES, pooling="last+mean").eval()
+    feats = extract_features(model, featuriser, runs[:3], progress=False)
+    assert feats[0].hidden.shape == (len(runs[0].steps), 32)
+    for w in featuriser.windows(runs[0]):
+        for b, k in zip(w.boundaries, w.steps, strict=True):
+            ids = torch.tensor([w.ids[: b + 1]])
+            with torch.no_grad():
+                h = model.features(ids, torch.ones_like(ids))[0].numpy()
+            np.testing.assert_allclose(feats[0].hidden[k - 1, :16], h[-1], atol=1e-5)
+            np.testing.assert_allclose(feats[0].hidden[k - 1, 16:], h.mean(axis=0), atol=1e-5)
+    with torch.no_grad():
+        torch.nn.init.normal_(model.head.weight, std=0.5)
+        model.signal_std.fill_(3.0)
+    save_classifier(
+        model,
+        tmp_path / "m",
+        tokenizer_dir=tiny_model_dir,
+        base="tiny",
+        head_kind="probe",
+        featuriser=FEAT.model_dump(),
+    )
+    assert json.loads((tmp_path / "m" / "classifier.json").read_text())["pooling"] == "last+mean"
+    again = load_classifier(tmp_path / "m")
+    assert again.pooling == "last+mean"
+    s = signal_matrix(runs[0])
+    np.testing.assert_allclose(
+        head_scores(again, feats[0].hidden, s), head_scores(model, feats[0].hidden, s), atol=1e-7
+    )
+
+
+def test_feature_cache_key_changes_with_pooling(tiny_model_dir, tmp_path):
+    last, mean = feature_key(FEAT, "last"), feature_key(FEAT, "last+mean")
+    assert last == config_hash(FEAT)  # caches written before pooling existed stay valid
+    assert mean != last
+    assert FeatureCache(tmp_path, "m", last).dir != FeatureCache(tmp_path, "m", mean).dir
+    with pytest.raises(ValueError, match="pooling"):
+        PrefixClassifier(load_backbone(tiny_model_dir), [], pooling="max")
 
 
 def test_resumed_feature_cache_gives_identical_scores(model, featuriser, runs, tmp_path):
@@ -348,6 +434,44 @@ def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
     again = load_records(tmp_path / "out2" / "records" / "val.parquet")
     for a, b in zip(val, again, strict=True):
         assert np.array_equal(a.scores["monitor"], b.scores["monitor"])
+
+
+def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path):
+    """pooling last+mean end to end: the probe on cached [last ; mean] features scores the test
+    runs as the exported bundle does (whole renderings and live KV sessions)."""
+    from serving.scorer import Scorer
+
+    runs = make_runs(12, seed=2)
+    cfg = PipelineConfig.model_validate(
+        {
+            "featurise": FEAT.model_dump(),
+            "policy": {"min_steps": 2, "every": 1},
+            "model": {"base": str(tiny_model_dir), "n_layers": 1, "pooling": "last+mean"},
+            "train": {
+                "cache_dir": str(tmp_path / "cache"),
+                "progress": False,
+                "probe_C": [0.3],
+                "probe_hidden_scale": [0.5],
+                "baselines": False,
+            },
+        }
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    assert json.loads((out / "model" / "classifier.json").read_text())["pooling"] == "last+mean"
+    assert any(p.name.endswith("-last-mean") for p in (tmp_path / "cache" / "features").glob("*/*"))
+    scorer = Scorer.load(out / "bundle", threads=1)
+    assert scorer.pooled
+    by_id = {r.id: r for r in runs}
+    test = load_records(out / "records" / "test.parquet")
+    assert test
+    for rec in test[:4]:
+        traj = by_id[rec.run_id]
+        full = np.array(scorer.score_run(traj))
+        np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
+        sess = scorer.start(traj.task, traj.agent)
+        live = [sess.observe(st) for st in traj.steps]
+        np.testing.assert_allclose(live, full, atol=1e-4)
 
 
 @pytest.mark.slow

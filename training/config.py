@@ -65,6 +65,9 @@ class ModelConfig(StrictModel):
     """Transform of the raw signals before standardising (asinh: a signed log)."""
     agent_columns: bool = True
     """Fit the probe with agent one-hot columns (dropped after fitting; see training.heads)."""
+    pooling: Literal["last", "last+mean"] = "last"
+    """Boundary features the head reads: "last" = the hidden state at the step boundary;
+    "last+mean" = that state and the causal mean of the window's hidden states up to it."""
 
 
 class TrainConfig(StrictModel):

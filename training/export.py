@@ -4,11 +4,14 @@ Two graphs, both with dynamic batch and sequence axes:
 
 - `model.onnx`: (input_ids, attention_mask, positions, signals) -> logits (B, P): a whole
   rendering, logits at the given step boundaries (all prefixes of a window in one call).
-- `model_kv.onnx`: (input_ids, attention_mask, signals, past_key_i, past_value_i ...) ->
-  (logits (B,), present_key_i, present_value_i ...): the new tokens of a live session on top of
-  the cached keys/values; the logit is the one at the LAST new token (the step boundary).
+- `model_kv.onnx`: (input_ids, attention_mask, signals, [past_hidden_sum, past_count,]
+  past_key_i, past_value_i ...) -> (logits (B,), [present_hidden_sum, present_count,]
+  present_key_i, present_value_i ...): the new tokens of a live session on top of the cached
+  keys/values; the logit is the one at the LAST new token (the step boundary).
   attention_mask covers past + new tokens; positions continue from the past length, so the
-  graph expects no left padding (a session is one run, batch 1).
+  graph expects no left padding (a session is one run, batch 1). With pooling "last+mean" the
+  running sum (B, H) and count (B, 1) of the window's hidden states travel with the KV cache
+  (zeros and 0 when the cache starts empty), so the mean continues across calls.
 
 After export both graphs are compared with torch on a batch size and length other than the
 export's, and the largest absolute logit difference is printed (must be <= `atol`).
@@ -102,10 +105,13 @@ class KVGraph(torch.nn.Module):
         input_ids: torch.Tensor,  # (B, N) new tokens
         attention_mask: torch.Tensor,  # (B, T) past + new
         signals: torch.Tensor,  # (B, S) raw signals after the new step
-        *past: torch.Tensor,  # 2 * n_layers tensors (B, kv_heads, T - N, head_dim)
+        *past: torch.Tensor,  # [sum (B, H), count (B, 1),] 2 * n_layers (B, kv_heads, T - N, hd)
     ) -> tuple[torch.Tensor, ...]:
         from transformers import DynamicCache
 
+        pooled: tuple[torch.Tensor, ...] = ()
+        if self.model.uses_mean:
+            past_sum, past_count, past = past[0], past[1], past[2:]
         cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)])
         total, new = attention_mask.shape[1], input_ids.shape[1]
         position_ids = torch.arange(total - new, total, dtype=torch.long).unsqueeze(0)
@@ -117,17 +123,41 @@ class KVGraph(torch.nn.Module):
             use_cache=True,
         )
         hidden = out.last_hidden_state[:, -1:]  # (B, 1, H)
+        if self.model.uses_mean:
+            m = attention_mask[:, -new:].to(hidden.dtype).unsqueeze(-1)  # (B, N, 1)
+            total = past_sum + (out.last_hidden_state * m).sum(dim=1)  # (B, H)
+            count = past_count + m.sum(dim=1)  # (B, 1)
+            mean = total / count.clamp_min(1.0)
+            hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
+            pooled = (total, count)
         logits = self.model.head_logits(hidden, signals.unsqueeze(1)).squeeze(1)  # (B,)
         present: list[torch.Tensor] = []
         for layer in out.cache.layers[: self.n_layers]:
             present += [layer.keys, layer.values]
-        return (logits, *present)
+        return (logits, *pooled, *present)
 
 
-def kv_names(n_layers: int) -> tuple[list[str], list[str]]:
-    """Names of the past inputs and present outputs of the KV graph, layer by layer."""
-    past = [f"past_{kv}_{i}" for i in range(n_layers) for kv in ("key", "value")]
+POOL_NAMES = ("past_hidden_sum", "past_count")
+
+
+def kv_names(n_layers: int, pooled: bool = False) -> tuple[list[str], list[str]]:
+    """Names of the past inputs and present outputs of the KV graph: the running hidden sum and
+    count first when `pooled`, then the keys and values layer by layer."""
+    past = [*(POOL_NAMES if pooled else ())]
+    past += [f"past_{kv}_{i}" for i in range(n_layers) for kv in ("key", "value")]
     return past, [p.replace("past_", "present_", 1) for p in past]
+
+
+def _empty_past(model: Any, batch: int, past_len: int, random: bool) -> list[torch.Tensor]:
+    """Past inputs of the KV graph in `kv_names` order (random values, or an empty cache)."""
+    n_layers = int(model.backbone.config.num_hidden_layers)
+    kv_heads, head_dim = kv_shape(model.backbone.config)
+    make = torch.randn if random else torch.zeros
+    out: list[torch.Tensor] = []
+    if model.uses_mean:
+        out += [make(batch, model.hidden), torch.full((batch, 1), float(past_len))]
+    out += [make(batch, kv_heads, past_len, head_dim) for _ in range(2 * n_layers)]
+    return out
 
 
 def kv_shape(config: Any) -> tuple[int, int]:
@@ -178,8 +208,7 @@ def export_graphs(model: torch.nn.Module, out: Path, cfg: ExportConfig) -> Expor
     model = model.eval().float()
     out.mkdir(parents=True, exist_ok=True)
     n_layers = int(model.backbone.config.num_hidden_layers)
-    kv_heads, head_dim = kv_shape(model.backbone.config)
-    past_names, present_names = kv_names(n_layers)
+    past_names, present_names = kv_names(n_layers, model.uses_mean)
     ids, mask, positions, signals = _inputs(model, 2, 24, 3, seed=0)
     with torch.no_grad(), warnings.catch_warnings():
         # The tracer warns about every Python branch in transformers; the checks below are what
@@ -205,15 +234,17 @@ def export_graphs(model: torch.nn.Module, out: Path, cfg: ExportConfig) -> Expor
         kv_ids = ids[:, :new]
         kv_mask = torch.ones(2, past_len + new, dtype=torch.long)
         kv_mask[-1, 0] = 0  # a masked past slot keeps the mask path in the traced graph
-        past = [torch.randn(2, kv_heads, past_len, head_dim) for _ in past_names]
+        past = _empty_past(model, 2, past_len, random=True)
         dyn: dict[str, dict[int, str]] = {
             "input_ids": {0: "batch", 1: "new_tokens"},
             "attention_mask": {0: "batch", 1: "total_tokens"},
             "signals": {0: "batch"},
             "logits": {0: "batch"},
         }
-        dyn.update({n: {0: "batch", 2: "past_tokens"} for n in past_names})
-        dyn.update({n: {0: "batch", 2: "total_tokens"} for n in present_names})
+        for p_name, q_name in zip(past_names, present_names, strict=True):
+            pooled = p_name in POOL_NAMES  # (B, H) / (B, 1): no token axis
+            dyn[p_name] = {0: "batch"} if pooled else {0: "batch", 2: "past_tokens"}
+            dyn[q_name] = {0: "batch"} if pooled else {0: "batch", 2: "total_tokens"}
         torch.onnx.export(
             KVGraph(model),
             (kv_ids, kv_mask, signals[:, -1], *past),
@@ -261,7 +292,7 @@ def check_kv(model: torch.nn.Module, path: Path, cfg: ExportConfig) -> float:
     """Max |ORT - torch| of the KV graph: a run fed in two chunks vs one full forward.
 
     The first chunk starts from an empty cache (as a session's first step or a re-render does);
-    the second continues from the present KV the graph returned.
+    the second continues from the present KV (and running hidden sum/count) the graph returned.
     """
     length = cfg.check_length
     first = length // 2 + 3
@@ -273,9 +304,8 @@ def check_kv(model: torch.nn.Module, path: Path, cfg: ExportConfig) -> float:
         ref = model(ids, torch.ones_like(ids), positions, signals).numpy()[0]
     sess = _ort_session(path)
     n_layers = int(model.backbone.config.num_hidden_layers)
-    kv_heads, head_dim = kv_shape(model.backbone.config)
-    past_names, _ = kv_names(n_layers)
-    past = [np.zeros((1, kv_heads, 0, head_dim), np.float32) for _ in past_names]
+    past_names, _ = kv_names(n_layers, model.uses_mean)
+    past = [t.numpy() for t in _empty_past(model, 1, 0, random=False)]
     got = []
     for j, (a, b) in enumerate(((0, first), (first, length))):
         feed = {
@@ -434,11 +464,16 @@ def write_bundle(
     manifest = {
         "featuriser": meta.get("featuriser") or {},
         "signal_names": list(model.signal_names),
-        "classifier": {k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
+        "classifier": {
+            **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
+            "pooling": model.pooling,
+        },
         "kv": {
             "n_layers": int(model.backbone.config.num_hidden_layers),
             "kv_heads": kv_heads,
             "head_dim": head_dim,
+            # width of the running hidden sum carried by model_kv.onnx (0: pooling "last")
+            "pooled_hidden": model.hidden if model.uses_mean else 0,
         },
         "label": {
             "positive": "the run ends unresolved (SWE-bench harness verdict)",

@@ -1,7 +1,9 @@
-"""Prefix features: one causal pass per featuriser window yields the hidden state at every step
-boundary of a run, cached on disk.
+"""Prefix features: one causal pass per featuriser window yields the head features at every step
+boundary of a run (the hidden state, plus the causal mean of the window's hidden states with
+pooling "last+mean"), cached on disk.
 
-Cache layout: CACHE/features/<backbone key>/<featuriser config hash>/<aa>/<run hash>.npz, where
+Cache layout: CACHE/features/<backbone key>/<feature key>/<aa>/<run hash>.npz, where the feature
+key is the featuriser config hash (+ a pooling suffix, see `feature_key`) and
 the run hash covers everything the featuriser reads from a run (task, agent, steps). A second
 training run over the same data and config skips the pass; an interrupted pass resumes from the
 runs already written (runs are processed and saved in chunks).
@@ -30,10 +32,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RunFeatures:
-    """Boundary hidden states of one run.
+    """Boundary features of one run.
 
     Attributes:
-        hidden: (n_steps, H) float32; row k-1 = last hidden state at the boundary of prefix k.
+        hidden: (n_steps, F) float32; row k-1 = the head features at the boundary of prefix k
+            (F = H: the last hidden state; F = 2H with pooling "last+mean": [last ; mean]).
         encoded_tokens: tokens the model encoded for this run (sum of window lengths).
     """
 
@@ -72,13 +75,21 @@ def config_hash(config: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def feature_key(featuriser_config: Any, pooling: str = "last") -> str:
+    """Cache key of the features: the featuriser config hash, suffixed for pooling other than
+    "last" (so "last" keeps the keys of caches written before pooling existed, and a cache of one
+    pooling is never read as another)."""
+    key = config_hash(featuriser_config)
+    return key if pooling == "last" else f"{key}-{pooling.replace('+', '-')}"
+
+
 class FeatureCache:
     """Per-run feature files under one (backbone, featuriser config) key.
 
     Args:
         root: the cache root (e.g. training.backbone.cache_dir() / "features").
         model_key: key of the frozen backbone (training.backbone.backbone_key).
-        featuriser_key: config_hash of the FeaturiserConfig.
+        featuriser_key: `feature_key` of the FeaturiserConfig and pooling.
     """
 
     def __init__(self, root: str | Path, model_key: str, featuriser_key: str) -> None:
@@ -127,11 +138,11 @@ def _batches(items: list[tuple[int, Window]], batch_tokens: int) -> list[list[tu
 def encode_windows(
     model: Any, windows: Sequence[Window], *, batch_tokens: int = 4096, pad_id: int = 0
 ) -> list[np.ndarray]:
-    """Hidden states at the boundaries of each window: one (len(boundaries), H) array per window.
+    """Head features at the boundaries of each window: one (len(boundaries), F) array per window.
 
     Args:
-        model: anything with `.features(input_ids, attention_mask) -> (B, T, H)`
-            (a PrefixClassifier).
+        model: a PrefixClassifier (its `token_features`: [last ; causal mean] with pooling
+            "last+mean"), or anything with `.features(input_ids, attention_mask) -> (B, T, H)`.
         windows: featuriser windows.
         batch_tokens: padded tokens per forward batch.
         pad_id: id used for right padding (masked out; causal attention makes it inert).
@@ -144,7 +155,8 @@ def encode_windows(
         for row, (_, w) in enumerate(batch):
             ids[row, : len(w.ids)] = torch.tensor(w.ids, dtype=torch.long)
             mask[row, : len(w.ids)] = 1
-        h = model.features(ids, mask)  # (B, T, H)
+        encode = getattr(model, "token_features", None) or model.features
+        h = encode(ids, mask)  # (B, T, F)
         for row, (i, w) in enumerate(batch):
             out[i] = h[row, w.boundaries].float().cpu().numpy()
     return [o for o in out if o is not None]

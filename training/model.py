@@ -1,14 +1,16 @@
 """PrefixClassifier: P(run ends unresolved | prefix) from a causal LM's hidden state at a step boundary.
 
 A (possibly truncated) decoder-only backbone encodes a run's rendering once; the hidden state at the
-last token of step k, concatenated with the standardised loop signals after step k (asinh first, by default),
-goes through one linear layer. sigmoid(logit) is the score. See the shared MODEL_CONTRACT for the saved layout:
+last token of step k (pooling "last"), or that state followed by the causal mean of the last hidden
+states of every token of the window up to and including that boundary (pooling "last+mean"),
+concatenated with the standardised loop signals after step k (asinh first, by default), goes
+through one linear layer. sigmoid(logit) is the score. See the shared MODEL_CONTRACT for the saved layout:
 
     model/  config.json + model.safetensors   the backbone as a HF folder (truncated, LoRA merged)
             tokenizer.json (+ tokenizer_config.json)
             head.safetensors                  head.weight, head.bias, signal_mean, signal_std
-            classifier.json                   {n_layers, hidden, signal_names, head_kind, base,
-                                               featuriser}
+            classifier.json                   {n_layers, hidden, signal_names, signal_transform,
+                                               pooling, head_kind, base, featuriser}
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from monitor.errors import BundleError
 from training.backbone import load_backbone, resolve_base
 
 SIGNAL_TRANSFORMS = ("asinh", "none")
+POOLINGS = ("last", "last+mean")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 class PrefixClassifier(torch.nn.Module):
-    """Backbone + linear head over [hidden at a step boundary ; standardised signals].
+    """Backbone + linear head over [boundary features ; standardised signals].
 
     Args:
         backbone: a transformers base model (AutoModel, e.g. LlamaModel) returning
@@ -38,6 +41,9 @@ class PrefixClassifier(torch.nn.Module):
         signal_names: names of the signal columns appended to the hidden state (may be empty).
         signal_transform: "asinh" (a signed log: counts such as tokens span orders of magnitude)
             or "none", applied to the raw signals before standardising them.
+        pooling: "last" (the hidden state at the boundary, H columns) or "last+mean" (that
+            state, then the mean of the hidden states of the window's tokens up to and
+            including the boundary: 2H columns).
     """
 
     def __init__(
@@ -45,16 +51,20 @@ class PrefixClassifier(torch.nn.Module):
         backbone: torch.nn.Module,
         signal_names: Sequence[str] = (),
         signal_transform: str = "asinh",
+        pooling: str = "last",
     ) -> None:
         super().__init__()
         if signal_transform not in SIGNAL_TRANSFORMS:
             raise ValueError(f"signal_transform must be one of {SIGNAL_TRANSFORMS}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}")
         self.backbone = backbone
         self.signal_names = list(signal_names)
         self.signal_transform = signal_transform
+        self.pooling = pooling
         n_signals = len(self.signal_names)
         self.hidden = int(backbone.config.hidden_size)
-        self.head = torch.nn.Linear(self.hidden + n_signals, 1)
+        self.head = torch.nn.Linear(self.n_features + n_signals, 1)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
         self.register_buffer("signal_mean", torch.zeros(n_signals))
@@ -64,13 +74,34 @@ class PrefixClassifier(torch.nn.Module):
     def n_signals(self) -> int:
         return len(self.signal_names)
 
+    @property
+    def uses_mean(self) -> bool:
+        """Whether the head also reads the causal mean of the hidden states."""
+        return self.pooling == "last+mean"
+
+    @property
+    def n_features(self) -> int:
+        """Width of the boundary features the head reads before the signals (H or 2H)."""
+        return self.hidden * (2 if self.uses_mean else 1)
+
     def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Last hidden state (after the final norm): (B, T) ids -> (B, T, H)."""
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return out.last_hidden_state
 
+    def token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Per-token head features: (B, T) ids -> (B, T, n_features).
+
+        "last": the last hidden state. "last+mean": [hidden_t ; mean of hidden_1..t over the
+        real tokens] (padding masked out; right padding only affects padded slots).
+        """
+        h = self.features(input_ids, attention_mask)
+        if not self.uses_mean:
+            return h
+        return torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
+
     def head_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
-        """Logits from boundary hidden states (B, P, H) and raw signals (B, P, S) -> (B, P)."""
+        """Logits from boundary features (B, P, n_features) and raw signals (B, P, S) -> (B, P)."""
         if self.n_signals:
             x = signals.to(hidden.dtype)
             if self.signal_transform == "asinh":
@@ -98,9 +129,20 @@ class PrefixClassifier(torch.nn.Module):
         Returns:
             (B, P) float32 logits; score = sigmoid(logits).
         """
-        h = self.features(input_ids, attention_mask)  # (B, T, H)
-        idx = positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])  # (B, P, H)
-        return self.head_logits(torch.gather(h, 1, idx), signals)
+        f = self.token_features(input_ids, attention_mask)  # (B, T, F)
+        idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])  # (B, P, F)
+        return self.head_logits(torch.gather(f, 1, idx), signals)
+
+
+def causal_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Running mean over the sequence of the unmasked rows: (B, T, H), (B, T) -> (B, T, H).
+
+    Row t = sum of hidden[s] * mask[s] for s <= t, divided by max(1, sum of mask[s] for s <= t).
+    """
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+    total = torch.cumsum(hidden * m, dim=1)
+    count = torch.cumsum(m, dim=1).clamp_min(1.0)
+    return total / count
 
 
 def build_classifier(
@@ -109,10 +151,11 @@ def build_classifier(
     signal_names: Sequence[str],
     dtype: str = "float32",
     signal_transform: str = "asinh",
+    pooling: str = "last",
 ) -> PrefixClassifier:
     """A fresh classifier (zero head) on the base checkpoint truncated to `n_layers`."""
     backbone = load_backbone(resolve_base(base), n_layers, dtype)
-    return PrefixClassifier(backbone, signal_names, signal_transform)
+    return PrefixClassifier(backbone, signal_names, signal_transform, pooling)
 
 
 def save_classifier(
@@ -157,6 +200,7 @@ def save_classifier(
         "hidden": model.hidden,
         "signal_names": model.signal_names,
         "signal_transform": model.signal_transform,
+        "pooling": model.pooling,
         "head_kind": head_kind,
         "base": base,
         "featuriser": featuriser,
@@ -182,7 +226,10 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
     backbone = load_backbone(path, None, dtype)
     # Folders written before signal_transform existed standardised the raw signals.
     model = PrefixClassifier(
-        backbone, meta.get("signal_names", []), meta.get("signal_transform", "none")
+        backbone,
+        meta.get("signal_names", []),
+        meta.get("signal_transform", "none"),
+        meta.get("pooling", "last"),
     )
     try:
         tensors = load_file(str(path / "head.safetensors"))

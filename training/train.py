@@ -40,8 +40,8 @@ from training.data import (
 from training.features import (
     FeatureCache,
     PassStats,
-    config_hash,
     extract_features,
+    feature_key,
     shard_features,
 )
 from training.heads import add_lora, finetune, fit_probe, head_scores, merge_lora
@@ -145,12 +145,16 @@ def run_pipeline(
     t = time.perf_counter()
     base_dir = resolve_base(mc.base)
     names = list(SIGNAL_NAMES) if mc.use_signals else []
-    model = build_classifier(mc.base, mc.n_layers, names, mc.dtype, mc.signal_transform).eval()
+    model = build_classifier(
+        mc.base, mc.n_layers, names, mc.dtype, mc.signal_transform, mc.pooling
+    ).eval()
     featuriser = Featuriser.from_tokenizer_file(base_dir, cfg.featurise)
     pad_id = int(getattr(model.backbone.config, "pad_token_id", None) or 0)
     root = Path(tc.cache_dir) if tc.cache_dir else cache_dir()
     cache = FeatureCache(
-        root / "features", backbone_key(mc.base, mc.n_layers), config_hash(cfg.featurise)
+        root / "features",
+        backbone_key(mc.base, mc.n_layers),
+        feature_key(cfg.featurise, mc.pooling),
     )
     stats = PassStats()
     if world > 1:  # torchrun / accelerate launch: each process encodes a share into the cache
