@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -306,13 +305,14 @@ def test_real_tokenizer_file(tiny_model_dir: Path) -> None:
 
 
 def _smollm2_tokenizer() -> Path:
-    cache = Path(os.environ.get("FAILFAST_CACHE", Path.home() / ".cache" / "failfast"))
-    path = cache / "models" / "smollm2-135m" / "tokenizer.json"
-    if not path.is_file():
-        pytest.skip(f"SmolLM2 tokenizer not converted yet at {path}")
-    return path
+    """The real SmolLM2 tokenizer, converted from the GGUF package on first use (~20 s)."""
+    pytest.importorskip("torch")
+    from training.backbone import resolve_base
+
+    return resolve_base("smollm2-135m") / "tokenizer.json"
 
 
+@pytest.mark.slow
 def test_smollm2_tokenizer_budget_and_text() -> None:
     """The real model's tokenizer: the default window holds, decoded windows read back."""
     from tokenizers import Tokenizer
