@@ -22,7 +22,7 @@ import logging
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from training.config import PipelineConfig
@@ -48,14 +48,14 @@ VARIANTS = (
     "full:signals_only",
     "full:lm_only",
     "full:lm_signals",
-    "full:layers6",
     "subset:signals_only",
     "subset:lm_only",
     "subset:lm_signals",
-    "subset:window512",
+    "subset:layers6",
     "subset:window2048",
-    "subset:layers8",
+    "subset:window512",
     "subset:lora",
+    "subset:layers8",
 )
 _INPUTS = {"signals_only": (False, True), "lm_only": (True, False), "lm_signals": (True, True)}
 
@@ -195,10 +195,15 @@ def run_ablations(
     prep: Prepared,
     *,
     variants: Sequence[str] | None = None,
-    subset_train: int = 30,
-    subset_test: int = 40,
+    subset_train: int = 20,
+    subset_test: int = 25,
+    on_variant: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the named variants (default VARIANTS, in that order); returns the JSON of the report."""
+    """Run the named variants (default VARIANTS, in that order); returns the JSON of the report.
+
+    `on_variant(result so far)` is called after each variant (the CLI writes partial results, so
+    an interrupted run keeps the variants already done).
+    """
     names = list(variants or VARIANTS)
     for v in names:
         scope, _, what = v.partition(":")
@@ -283,6 +288,8 @@ def run_ablations(
         entry["auroc"] = _auroc(test)
         entry["seconds"] = round(time.perf_counter() - t, 1)
         out["variants"][v] = entry
+        if on_variant is not None:
+            on_variant(out)
         log.info(
             "ablation %s: mean per-agent AUROC %s (%.1f s)",
             v,

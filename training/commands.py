@@ -178,9 +178,9 @@ def _register_experiments(sub: argparse._SubParsersAction) -> None:
         help="ablate: only these variants (default: all; see training.experiments.VARIANTS)",
     )
     p.add_argument(
-        "--subset-train", type=int, default=30, help="ablate: subset training runs per agent"
+        "--subset-train", type=int, default=20, help="ablate: subset training runs per agent"
     )
-    p.add_argument("--subset-test", type=int, default=40, help="ablate: subset test runs per agent")
+    p.add_argument("--subset-test", type=int, default=25, help="ablate: subset test runs per agent")
     p.add_argument(
         "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
     )

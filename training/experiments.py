@@ -326,8 +326,8 @@ def run_experiment(
     out: str | Path,
     *,
     variants: Sequence[str] | None = None,
-    subset_train: int = 30,
-    subset_test: int = 40,
+    subset_train: int = 20,
+    subset_test: int = 25,
 ) -> dict[str, Any]:
     """Run `transfer` or `ablate`, write OUT/experiments/, print the table; returns the JSON."""
     from training.transfer import run_transfer, transfer_table
@@ -343,8 +343,16 @@ def run_experiment(
     elif name == "ablate":
         from training.ablations import ablation_table, run_ablations
 
+        def partial(res: dict[str, Any]) -> None:
+            write_result(out, "ablations", res, ablation_table(res))
+
         result = run_ablations(
-            cfg, prep, variants=variants, subset_train=subset_train, subset_test=subset_test
+            cfg,
+            prep,
+            variants=variants,
+            subset_train=subset_train,
+            subset_test=subset_test,
+            on_variant=partial,
         )
         table = ablation_table(result)
         stem = "ablations"
