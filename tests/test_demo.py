@@ -143,6 +143,9 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     assert list(res["variants"]) == variants
     assert res["subset"]["test"] <= 10  # at most 5 per agent
     assert res["subset"]["train"] <= 16
+    counts = res["test_counts"]["subset"]
+    assert sum(c["runs"] for c in counts.values()) == res["subset"]["test"]
+    assert all(c["runs"] <= 5 for c in counts.values())
     full = res["variants"]["full:lm_signals"]
     assert full["selection"]["C"] in (0.1, 1.0)
     assert set(full["ledger"]) == {"0.05", "0.1"}
@@ -157,3 +160,12 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     for v in variants:
         assert f"| {v} |" in table
     assert "wrote" in capsys.readouterr().out
+
+
+def test_auroc_standard_error_hanley_mcneil():
+    from training.ablations import auroc_se
+
+    # AUC 0.5 with 10 + 10 runs: var = (0.25 + 9/12 + 9/12) / 100
+    assert auroc_se(0.5, 10, 10) == pytest.approx((1.75 / 100) ** 0.5)
+    assert auroc_se(0.9, 40, 40) < auroc_se(0.9, 10, 10)
+    assert auroc_se(0.7, 0, 10) is None

@@ -19,6 +19,7 @@ Variants are named SCOPE:WHAT.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import tempfile
 import time
@@ -223,6 +224,10 @@ def run_ablations(
         "subset_rule": f"per agent at most {subset_train} runs of the config's training subsample "
         f"and {subset_test} of the test split, stratified by label (seed {seed}); probe "
         "(C, hidden scale) fixed to full:lm_signals' pick",
+        "test_counts": {
+            "full": test_counts(prep.split["test"]),
+            "subset": test_counts(sub["test"]),
+        },
         "variants": {},
     }
     model = None
@@ -299,11 +304,48 @@ def run_ablations(
     return out
 
 
+def test_counts(runs: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """Per agent: test runs and unresolved runs (for the AUROC standard errors)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in runs:
+        c = out.setdefault(r.agent, {"runs": 0, "unresolved": 0})
+        c["runs"] += 1
+        c["unresolved"] += int(not r.resolved)
+    return dict(sorted(out.items()))
+
+
+def auroc_se(auc: float, n_pos: int, n_neg: int) -> float | None:
+    """Hanley & McNeil (1982) standard error of an AUROC from n_pos positive and n_neg negative
+    runs (run-level counts: prefixes of one run are not independent)."""
+    if n_pos < 1 or n_neg < 1:
+        return None
+    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
+    var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2)) / (
+        n_pos * n_neg
+    )
+    return math.sqrt(max(var, 0.0))
+
+
+def _mean_se(per_agent: dict[str, Any], counts: dict[str, dict[str, int]] | None) -> str:
+    """Standard error of the mean over agents of the overall AUROC (agents independent)."""
+    if not counts:
+        return "-"
+    ses = []
+    for a, vals in per_agent.items():
+        auc, c = vals.get("overall"), counts.get(a)
+        if auc is None or c is None:
+            continue
+        se = auroc_se(auc, c["unresolved"], c["runs"] - c["unresolved"])
+        if se is not None:
+            ses.append(se)
+    return f"{math.sqrt(sum(x * x for x in ses)) / len(ses):.3f}" if ses else "-"
+
+
 def ablation_table(result: dict[str, Any]) -> str:
     """One markdown table: a row per variant."""
     agents = sorted({a for e in result["variants"].values() for a in e["auroc"]["per_agent"]})
     head = ["variant", "train runs", "test runs", "mean/agent AUROC " + " / ".join(AUROC_KEYS),
-            *(f"{a} overall" for a in agents)]  # fmt: skip
+            "SE", *(f"{a} overall" for a in agents)]  # fmt: skip
     for tg in TARGETS:
         head += [f"FPR@{tg:g}", f"saved@{tg:g}"]
     head.append("s")
@@ -312,6 +354,10 @@ def ablation_table(result: dict[str, Any]) -> str:
         f"{result['full']['train']} runs, validation {result['full']['val']}, test "
         f"{result['full']['test']} runs; subset: {result['subset']['train']} training and "
         f"{result['subset']['test']} test runs ({result['subset_rule']}; no thresholds, AUROC only).",
+        "SE: Hanley-McNeil standard error of the mean/agent overall AUROC from the run counts "
+        "(differences between rows of the same scope smaller than ~2 SE are noise). "
+        "FPR/saved: realized run-level FPR and token savings (%) at target FPR 5 % / 10 %, "
+        "thresholds picked on validation. s: wall seconds of the variant (feature pass included).",
         "",
         "| " + " | ".join(head) + " |",
         "|---|" + "---:|" * (len(head) - 1),
@@ -320,6 +366,7 @@ def ablation_table(result: dict[str, Any]) -> str:
         a = e["auroc"]
         cells = [v, str(e["train_runs"]), str(e["test_runs"]),
                  " / ".join(num(a["mean_per_agent"][k]) for k in AUROC_KEYS),
+                 _mean_se(a["per_agent"], (result.get("test_counts") or {}).get(e["scope"])),
                  *(num(a["per_agent"].get(g, {}).get("overall")) for g in agents)]  # fmt: skip
         for tg in TARGETS:
             m = (e.get("ledger") or {}).get(f"{tg:g}")

@@ -175,7 +175,7 @@ def _register_experiments(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--variants",
         nargs="+",
-        help="ablate: only these variants (default: all; see training.experiments.VARIANTS)",
+        help="ablate: SCOPE:WHAT variants (default: training.ablations.VARIANTS)",
     )
     p.add_argument(
         "--subset-train", type=int, default=20, help="ablate: subset training runs per agent"
