@@ -526,6 +526,8 @@ def model_card(manifest: dict[str, Any]) -> str:
         "",
         "## Model",
         f"- base: {cls.get('base')}, decoder layers kept: {cls.get('n_layers')}, head: {cls.get('head_kind')}",
+        f"- boundary features: {cls.get('pooling', 'last')} (last = hidden state at the step "
+        "boundary; last+mean = also the running mean of the window's hidden states)",
         f"- signals appended to the hidden state: {len(manifest['signal_names'])}",
         f"- graphs: model.onnx (whole rendering), model_kv.onnx (live sessions, KV cache); "
         f"ORT vs torch max |diff| {manifest['export']['full_max_abs_diff']:.2g} / "
