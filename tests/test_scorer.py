@@ -135,21 +135,37 @@ def test_monitor_session_gives_decisions_and_stops(bundle):
     scores = scorer.score_run(traj)
     session = scorer.session(traj.task, traj.agent)
     decisions = [session.observe(s) for s in traj.steps]
-    assert [d.score for d in decisions[:3]] == pytest.approx(scores[:3], abs=1e-5)
-    assert decisions[0].threshold == 0.55
-    first = next((k for k, s in enumerate(scores, 1) if k >= 2 and s >= 0.55), None)
     stops = [d for d in decisions if d.stop]
+    # a stopped session repeats its stop without scoring again: compare up to the first stop
+    scored = len(decisions) if not stops else stops[0].step
+    assert [d.score for d in decisions[:scored]] == pytest.approx(scores[:scored], abs=1e-5)
+    assert decisions[0].threshold == 0.55
+    from training.thresholds import first_stop
+
+    pol = scorer.policy
+    first = first_stop(
+        scores,
+        0.55,
+        min_steps=pol["min_steps"],
+        every=pol["every"],
+        persist=pol.get("persist", 1),
+    )
     if first is None:
         assert not stops
     else:
         assert stops[0].step == first
         assert stops[0].reason == "predicted_failure"
+        assert all(d.stop for d in decisions[first - 1 :])
 
 
 def test_internal_failure_is_monitor_error_then_recovers(scorer):
+    from monitor import Monitor, PolicyConfig
+
     traj = make_run(8, seed=5)
     full = scorer.score_run(traj)
-    session = scorer.session(traj.task, traj.agent)
+    # a policy that never stops on score, so every step is scored (the tiny head scores ~0.8)
+    quiet = Monitor(PolicyConfig(min_steps=100), scorer=scorer)
+    session = scorer.session(traj.task, traj.agent, monitor=quiet)
     raw = session.scorer
     for s in traj.steps[:3]:
         session.observe(s)

@@ -438,6 +438,7 @@ def write_bundle(
     from monitor.policy import PolicyConfig
     from serving.bundle import MANIFEST, write_manifest
     from training.model import load_classifier, read_classifier_meta
+    from training.thresholds import schedule_of
 
     cfg = cfg or ExportConfig()
     model_dir, out = Path(model_dir), Path(out)
@@ -458,7 +459,9 @@ def write_bundle(
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
         shutil.copytree(tdir / "baselines", out / "baselines")
-    schedule = (found["thresholds"] or {}).get("schedule") or {}
+    # The schedule the thresholds were picked under wins over the policy section (a thresholds.json
+    # written before persistence existed means persist=1, not today's default).
+    schedule = schedule_of(found["thresholds"]) if found["thresholds"] else {}
     policy = PolicyConfig.model_validate({**found["policy"], **schedule}).model_dump()
     kv_heads, head_dim = kv_shape(model.backbone.config)
     manifest = {

@@ -430,7 +430,12 @@ def _after(cfg: PipelineConfig, out: Path, model_dir: Path, val: list[RunRecord]
     except ImportError:
         log.warning("training.thresholds not available: no thresholds.json written")
         return
-    picker = ThresholdPicker(cfg.thresholds, min_steps=cfg.policy.min_steps, every=cfg.policy.every)
+    picker = ThresholdPicker(
+        cfg.thresholds,
+        min_steps=cfg.policy.min_steps,
+        every=cfg.policy.every,
+        persist=cfg.policy.persist,
+    )
     (out / "thresholds.json").write_text(json.dumps(picker.fit(val).thresholds_, indent=1) + "\n")
     try:
         from training.export import write_bundle
