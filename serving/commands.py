@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from monitor.errors import BundleError
+
 
 def _scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--bundle", required=required, help="bundle folder written by `failfast export`")
@@ -69,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from monitor.errors import BundleError, TranscriptError
+    from monitor.errors import TranscriptError
     from serving.runs import score_transcript
     from serving.transcripts import read_transcript
 
@@ -116,7 +118,12 @@ def _serve(args: argparse.Namespace) -> int:
         "max_concurrent": args.max_concurrent,
     }
     cfg = ServiceConfig(**{k: v for k, v in limits.items() if v is not None})
-    app = create_app(_load_scorer(args), cfg)
+    try:
+        scorer = _load_scorer(args)
+    except BundleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    app = create_app(scorer, cfg)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
@@ -144,7 +151,11 @@ def _watch(args: argparse.Namespace) -> int:
     from monitor.errors import TranscriptError
     from serving.transcripts import read_transcript
 
-    scorer = _load_scorer(args)
+    try:  # exit 2, never 1: a broken monitor must not read as a predicted failure
+        scorer = _load_scorer(args)
+    except BundleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     session = None
     seen = 0
     last_growth = time.monotonic()

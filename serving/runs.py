@@ -7,6 +7,8 @@ on those scores, so a finished transcript gets the same decisions a live session
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +16,8 @@ from typing import Any
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor
 from monitor.types import Decision, Step, Trajectory
+
+log = logging.getLogger(__name__)
 
 
 class _ReplaySession:
@@ -100,8 +104,16 @@ def score_transcript(
         policy: decision policy; None: the bundle's.
         monitor: a Monitor whose decision log should count these decisions (its policy is used).
     """
-    scores = scorer.score_run(traj)
-    th = scorer.thresholds(traj.agent or None)
+    try:
+        scores = scorer.score_run(traj)
+        th = scorer.thresholds(traj.agent or None)
+    except Exception as e:  # a failing scorer never raises into the harness
+        log.exception("monitor_error while scoring %s", traj.id or traj.path)
+        err = Decision("continue", reason="monitor_error", evidence={"error": repr(e)})
+        return RunResult(
+            scores=[float("nan")] * len(traj.steps),
+            decisions=[dataclasses.replace(err, step=k) for k in range(1, len(traj.steps) + 1)],
+        )
     replay = _ReplaySession(scores, th.stop, th.warn)
     if monitor is not None:
         mon = Monitor(monitor.config, scorer=_ReplayScorer(replay), log=monitor.log)

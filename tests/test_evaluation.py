@@ -84,6 +84,21 @@ def test_restart_when_every_sibling_is_stopped_stays_unresolved():
     assert rs["tokens"]["a1"] == 3 + 4
 
 
+def test_restart_uses_only_runs_of_the_same_agent():
+    recs = [
+        R("a1", "x", False, [5, 5], agent="swe-agent"),
+        R("b1", "x", True, [2, 2], agent="coder"),  # same instance, another agent: not a restart
+        R("a2", "x", True, [3], agent="swe-agent"),
+    ]
+    rs = restart_outcomes(recs, {"a1": 1, "b1": None, "a2": None})
+    assert rs["restarts"]["a1"] == 1
+    assert rs["tokens"]["a1"] == 5 + 3
+    assert rs["resolved"]["a1"] is True
+    lone = restart_outcomes(recs[:2], {"a1": 1, "b1": None})
+    assert lone["resolved"]["a1"] is False
+    assert lone["tokens"]["a1"] == 5
+
+
 def test_oracle_stops_only_unresolved_at_min_steps():
     recs = [
         R("r1", "i1", False, [10] * 5),

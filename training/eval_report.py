@@ -157,8 +157,8 @@ def evaluate(
         "monitor_token_price": cfg.monitor_token_price,
         "threshold_mode": thresholds.get("mode"),
         "restart_rule": (
-            "a stopped run is replaced by the next recorded run of the same instance in run-id "
-            "order (wrapping), not yet used in its chain; replacements are monitored too; "
+            "a stopped run is replaced by the next recorded run of the same instance by the same agent "
+            "in run-id order (wrapping), not yet used in its chain; replacements are monitored too; "
             "with no run left the instance stays stopped = unresolved; tokens of every run count"
         ),
         "monitor_cost": "every encoded token charged in full at monitor_token_price agent tokens",

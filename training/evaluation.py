@@ -10,7 +10,7 @@ decide by (DESIGN.md, "Definitions"):
 - token savings = tokens after the stop point, summed over stopped runs / all tokens of all runs;
 - resolution before (resolved / runs) and after stopping (a stopped run counts as unresolved);
 - cold-restart simulation (`restart_outcomes`): a stopped run is replaced by the next recorded
-  run of the same instance in run-id order, wrapping around, not already used in this chain; the
+  run of the same instance by the same agent in run-id order, wrapping around, not already used in this chain; the
   replacement is monitored too and is itself replaced when stopped. Tokens of every run in the
   chain count (the stopped prefix plus the replacement). An instance with no other run left
   stays stopped = unresolved, with no tokens added;
@@ -114,9 +114,11 @@ def restart_outcomes(
         {"resolved": run_id -> outcome after restarts, "tokens": run_id -> tokens spent over the
         chain, "restarts": run_id -> replacement runs started}.
     """
-    by_inst: dict[str, list[RunRecord]] = {}
+    # A restart re-runs the SAME agent on the instance: other agents' runs of that instance are
+    # not replacements (SWE-bench Lite instances are shared by three agents here).
+    by_inst: dict[tuple[str, str], list[RunRecord]] = {}
     for r in records:
-        by_inst.setdefault(r.instance_id, []).append(r)
+        by_inst.setdefault((r.agent, r.instance_id), []).append(r)
     for rs in by_inst.values():
         rs.sort(key=lambda r: r.run_id)
     resolved: dict[str, bool] = {}
@@ -128,7 +130,7 @@ def restart_outcomes(
         outcome = bool(r.resolved) and k is None
         restarts[r.run_id] = 0
         if k is not None:
-            sib = by_inst[r.instance_id]
+            sib = by_inst[(r.agent, r.instance_id)]
             i = next(j for j, s in enumerate(sib) if s.run_id == r.run_id)
             for c in sib[i + 1 :] + sib[:i]:  # the others in run-id order, wrapping around
                 restarts[r.run_id] += 1

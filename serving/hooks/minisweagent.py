@@ -94,7 +94,12 @@ def monitored(agent_cls: type) -> type:
             return super().run(task, **kwargs)
 
         def query(self) -> dict:
-            for step in steps_from_messages(self.messages)[0][len(self.decisions) :]:
+            try:
+                steps = steps_from_messages(self.messages)[0]
+            except Exception:  # an unexpected message shape must not end the agent's run
+                log.exception("monitor_error: could not turn the messages into steps")
+                steps = []
+            for step in steps[len(self.decisions) :]:
                 decision = self.monitor_session.observe(step)
                 self.decisions.append(decision)
                 if decision.stop:
@@ -119,7 +124,11 @@ def monitored(agent_cls: type) -> type:
                 decision.restart.diff = self._current_diff()
             path = restart_path(getattr(self.config, "output_path", None))
             if path is not None:
-                write_restart(path, decision, agent=self.agent_name, task=self._task)
+                try:
+                    write_restart(path, decision, agent=self.agent_name, task=self._task)
+                except OSError:  # the stop still happens; only the packet file is lost
+                    log.exception("could not write the restart packet to %s", path)
+                    path = None
             summary = decision.restart.summary if decision.restart else decision.reason
             raise MonitorStopped(
                 {
