@@ -229,3 +229,14 @@ def test_conformal_threshold_is_valid_out_of_sample(persist):
         fresh = [rec(i, "a", True, rng.random(5)) for i in range(200)]
         fprs.append(run_false_positive_rate(fresh, e["threshold"], persist=persist, min_steps=2))
     assert float(np.mean(fprs)) <= 0.1 + 0.01
+
+
+def test_threshold_is_finite_when_runs_never_reach_a_check():
+    import math
+
+    from training.thresholds import threshold_for_count
+
+    assert threshold_for_count(np.array([-math.inf] * 30), 1) == 1.0
+    t = threshold_for_count(np.array([0.4] + [-math.inf] * 29), 1, np.array([0.9, -math.inf]))
+    assert math.isfinite(t)
+    assert t <= 0.4

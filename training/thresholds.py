@@ -263,6 +263,10 @@ def threshold_for_count(
         return float(np.min(lowest)) if len(lowest) else 0.0
     u = m[j]
     pool = np.concatenate([m, np.asarray(all_max if all_max is not None else [], dtype=np.float64)])
+    if not np.isfinite(u):
+        # at most j resolved runs ever reach a check: any finite threshold stops at most j of them
+        finite = pool[np.isfinite(pool)]
+        return float(finite.min()) if len(finite) else 1.0
     above = pool[pool > u]
     if len(above):
         t = (u + float(above.min())) / 2.0
