@@ -213,10 +213,8 @@ def fit_head(
     Returns:
         {"C", "hidden_scale", "criterion" (None without validation), "examples"}.
     """
-    import torch
-
     from training.data import prefix_examples, run_weights
-    from training.heads import fit_probe
+    from training.heads import select_probe
     from training.prefix_metrics import auroc_report
 
     tc = cfg.train
@@ -232,39 +230,31 @@ def fit_head(
     x_s = np.stack([rows[i][1][k - 1] for i, k in zip(ex.run, ex.step, strict=True)])
     agents = [train_runs[i].agent for i in ex.run]
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
-    if len(pairs) > 1 and (val_runs is None or val is None):
-        raise ValueError("fit_head: a grid of more than one (C, scale) needs validation runs")
-    best: tuple[float, dict[str, Any], dict[str, Any]] | None = None
-    for c, scale in pairs:
-        fit_probe(
-            model,
-            x_h,
-            x_s,
-            ex.label,
-            ex.weight,
-            agents,
-            C=c,
-            hidden_scale=scale,
-            agent_columns=cfg.model.agent_columns,
-        )
-        crit = None
-        if val_runs is not None and val is not None:
-            recs = records(
-                val_runs, score(model, val, use_hidden=use_hidden, use_signals=use_signals), val
-            )
-            mean = auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]
+    criterion = None
+    if val_runs is not None and val is not None:
+        v_runs, v_enc = val_runs, val
+
+        def criterion() -> tuple[float, Any]:
+            scores = score(model, v_enc, use_hidden=use_hidden, use_signals=use_signals)
+            mean = auroc_report(records(v_runs, scores, v_enc), scorers=["monitor"])
+            mean = mean["mean_per_agent"]["monitor"]
             vals = [v for v in mean.values() if v is not None]
-            crit = float(np.mean(vals)) if vals else 0.0
-        info = {"C": c, "hidden_scale": scale, "criterion": crit, "examples": len(ex)}
-        if best is None or (crit is not None and crit > best[0]):
-            head = {
-                k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")
-            }
-            best = (crit if crit is not None else 0.0, head, info)
-    assert best is not None
-    with torch.no_grad():
-        model.load_state_dict(best[1], strict=False)
-    return best[2]
+            return (float(np.mean(vals)) if vals else 0.0), mean
+
+    if len(pairs) > 1 and criterion is None:
+        raise ValueError("fit_head: a grid of more than one (C, scale) needs validation runs")
+    fit, _, crit = select_probe(
+        model,
+        x_h,
+        x_s,
+        ex.label,
+        ex.weight,
+        agents,
+        pairs=pairs,
+        agent_columns=cfg.model.agent_columns,
+        val_criterion=criterion,
+    )
+    return {"C": fit.C, "hidden_scale": fit.hidden_scale, "criterion": crit, "examples": len(ex)}
 
 
 def pick(cfg: PipelineConfig, val_records: Sequence[RunRecord]) -> dict[str, Any]:

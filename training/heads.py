@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,6 +116,73 @@ def fit_probe(
         model.signal_std.copy_(torch.tensor(s_std, dtype=torch.float32))
     offsets = {a: float(c - share @ c_a) for a, c in zip(names, c_a, strict=True)}
     return ProbeFit(C, hidden_scale, offsets, _log_loss(lr.predict_proba(x)[:, 1], y, w))
+
+
+def select_probe(
+    model: PrefixClassifier,
+    hidden: np.ndarray,
+    signals: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    agents: Sequence[str],
+    *,
+    pairs: Sequence[tuple[float, float]],
+    agent_columns: bool = True,
+    val_criterion: Callable[[], tuple[float, Any]] | None = None,
+) -> tuple[ProbeFit, dict[str, dict[str, Any]], float | None]:
+    """Fit the probe for every (C, hidden_scale) pair and keep the best head on validation.
+
+    Args:
+        model, hidden, signals, labels, weights, agents, agent_columns: as for `fit_probe`.
+        pairs: the (C, hidden_scale) grid, fitted in this order.
+        val_criterion: scores the head just fitted on validation runs -> (criterion, details);
+            higher is better. None: no selection, so `pairs` must hold one pair.
+
+    Returns:
+        (the kept fit, {"C=..,hidden_scale=..": {"C", "hidden_scale", "criterion",
+        "val_mean_per_agent_auroc" (the details), "train_loss"}}, the kept criterion).
+    """
+    if len(pairs) > 1 and val_criterion is None:
+        raise ValueError("select_probe: a grid of more than one (C, scale) needs validation runs")
+    best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None] | None = None
+    selection: dict[str, dict[str, Any]] = {}
+    for c, scale in pairs:
+        fit = fit_probe(
+            model,
+            hidden,
+            signals,
+            labels,
+            weights,
+            agents,
+            C=c,
+            hidden_scale=scale,
+            agent_columns=agent_columns,
+        )
+        crit, details = val_criterion() if val_criterion is not None else (None, None)
+        selection[f"C={c:g},hidden_scale={scale:g}"] = {
+            "C": c,
+            "hidden_scale": scale,
+            "criterion": crit,
+            "val_mean_per_agent_auroc": details,
+            "train_loss": fit.train_loss,
+        }
+        log.info(
+            "probe C=%g hidden_scale=%g: train loss %.4f, val criterion %s",
+            c,
+            scale,
+            fit.train_loss,
+            "-" if crit is None else f"{crit:.4f}",
+        )
+        if best is None or (crit is not None and crit > best[0]):
+            head = {
+                k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")
+            }
+            best = (crit if crit is not None else 0.0, head, fit, crit)
+    if best is None:
+        raise ValueError("select_probe: empty (C, hidden_scale) grid")
+    with torch.no_grad():
+        model.load_state_dict(best[1], strict=False)
+    return best[2], selection, best[3]
 
 
 def head_scores(model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray) -> np.ndarray:

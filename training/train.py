@@ -44,7 +44,7 @@ from training.features import (
     feature_key,
     shard_features,
 )
-from training.heads import add_lora, finetune, fit_probe, head_scores, merge_lora
+from training.heads import add_lora, finetune, head_scores, merge_lora, select_probe
 from training.model import PrefixClassifier, build_classifier, save_classifier
 from training.prefix_metrics import auroc_report
 from training.records import RunRecord, save_records
@@ -360,47 +360,25 @@ def _select_probe(
     so early discrimination counts as much as late.
     """
     tc = cfg.train
-    best: tuple[float, dict[str, torch.Tensor], Any] | None = None
-    selection: dict[str, Any] = {}
-    for scale in tc.probe_hidden_scale:
-        for c in tc.probe_C:
-            fit = fit_probe(
-                model,
-                x_h,
-                x_s,
-                ex.label,
-                ex.weight,
-                agents,
-                C=c,
-                hidden_scale=scale,
-                agent_columns=cfg.model.agent_columns,
-            )
-            recs = _records(val_runs, {"monitor": _score_split(model, val_feats, val_sig)})
-            mean = auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]
-            vals = [v for v in mean.values() if v is not None]
-            crit = float(np.mean(vals)) if vals else 0.0
-            selection[f"C={c:g},hidden_scale={scale:g}"] = {
-                "val_mean_per_agent_auroc": mean,
-                "criterion": crit,
-                "train_loss": fit.train_loss,
-            }
-            log.info(
-                "probe C=%g hidden_scale=%g: train loss %.4f, val criterion %.4f",
-                c,
-                scale,
-                fit.train_loss,
-                crit,
-            )
-            if best is None or crit > best[0]:
-                head = {
-                    k: v.clone()
-                    for k, v in model.state_dict().items()
-                    if not k.startswith("backbone.")
-                }
-                best = (crit, head, fit)
-    assert best is not None
-    model.load_state_dict(best[1], strict=False)
-    return best[2], selection
+
+    def criterion() -> tuple[float, Any]:
+        recs = _records(val_runs, {"monitor": _score_split(model, val_feats, val_sig)})
+        mean = auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]
+        vals = [v for v in mean.values() if v is not None]
+        return (float(np.mean(vals)) if vals else 0.0), mean
+
+    fit, selection, _ = select_probe(
+        model,
+        x_h,
+        x_s,
+        ex.label,
+        ex.weight,
+        agents,
+        pairs=[(c, scale) for scale in tc.probe_hidden_scale for c in tc.probe_C],
+        agent_columns=cfg.model.agent_columns,
+        val_criterion=criterion,
+    )
+    return fit, selection
 
 
 def _records(
