@@ -131,6 +131,9 @@ class Bundle:
         if not p.is_file():
             hint = " (export with --int8)" if int8 else ""
             raise BundleError(f"{p}: graph missing from the bundle{hint}")
+        if name not in (self.manifest.get("files") or {}):
+            # only files listed with a hash were verified at load: never run an unverified graph
+            raise BundleError(f"{p}: not listed in monitor.json, so not verified; re-export")
         return p
 
     def thresholds_for(self, agent: str | None, target: float | None = None) -> Thresholds:
@@ -211,6 +214,8 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
         if name not in files:
             raise BundleError(f"{mpath}: required file {name} is not listed")
     for name, digest in files.items():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise BundleError(f"{mpath}: listed file {name!r} points outside the bundle")
         p = root / name
         if not p.is_file():
             raise BundleError(f"{p}: listed in monitor.json but missing")

@@ -231,3 +231,26 @@ def test_bundle_errors(bundle, tmp_path):
         load_bundle(bad)
     with pytest.raises(BundleError, match="not found"):
         load_bundle(tmp_path / "nope")
+
+
+def test_unlisted_graph_is_refused_and_paths_stay_inside(bundle, tmp_path):
+    from monitor.errors import BundleError
+    from serving.bundle import load_bundle
+
+    b = tmp_path / "b"
+    shutil.copytree(bundle, b)
+    # a graph in the folder that monitor.json does not list with a hash is never run
+    m = json.loads((b / "monitor.json").read_text())
+    m["files"].pop("model.int8.onnx", None)
+    (b / "monitor.json").write_text(json.dumps(m))
+    if not (b / "model.int8.onnx").is_file():
+        shutil.copyfile(b / "model.onnx", b / "model.int8.onnx")
+    loaded = load_bundle(b)
+    assert loaded.graph("model.onnx") == b / "model.onnx"
+    with pytest.raises(BundleError, match="not listed in monitor.json"):
+        loaded.graph("model.onnx", int8=True)
+    m = json.loads((b / "monitor.json").read_text())
+    m["files"]["../outside"] = "0" * 64
+    (b / "monitor.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="points outside the bundle"):
+        load_bundle(b)
