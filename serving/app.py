@@ -179,6 +179,7 @@ def create_app(
     cfg = config or ServiceConfig()
     monitor = Monitor(policy or PolicyConfig.model_validate(scorer.policy), scorer=scorer)
     sessions: dict[str, _Live] = {}
+    opening = [0]  # sessions being opened: counted against max_sessions (guarded by the lock)
     sessions_lock = threading.Lock()
     # Requests beyond `max_concurrent` queue here instead of oversubscribing the cores.
     slots = threading.BoundedSemaphore(cfg.max_concurrent)
@@ -270,22 +271,27 @@ def create_app(
         """Open a live session; returns its id and the thresholds it will use."""
         expire()
         with sessions_lock:
-            if len(sessions) >= cfg.max_sessions:
+            if len(sessions) + opening[0] >= cfg.max_sessions:
                 return _error(429, f"too many open sessions ({cfg.max_sessions}); close some first")
-        score_session = scorer.start(req.task, req.agent)
-        from monitor.session import Session
+            opening[0] += 1  # reserve the slot before the (slow) scorer start
+        try:
+            score_session = scorer.start(req.task, req.agent)
+            from monitor.session import Session
 
-        session = Session(
-            monitor.config,
-            score_session,
-            task=req.task,
-            agent=req.agent,
-            log=monitor.log,
-            run=req.run,
-        )
-        sid = uuid.uuid4().hex
-        with sessions_lock:
-            sessions[sid] = _Live(session, score_session)
+            session = Session(
+                monitor.config,
+                score_session,
+                task=req.task,
+                agent=req.agent,
+                log=monitor.log,
+                run=req.run,
+            )
+            sid = uuid.uuid4().hex
+            with sessions_lock:
+                sessions[sid] = _Live(session, score_session)
+        finally:
+            with sessions_lock:
+                opening[0] -= 1
         return _clean(
             {
                 "session_id": sid,
