@@ -27,7 +27,7 @@ import numpy as np
 
 from monitor.types import Trajectory
 from training.config import PipelineConfig
-from training.records import RunRecord
+from training.records import RunRecord, records_from_runs
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -177,19 +177,7 @@ def score(
 
 def records(runs: Sequence[Trajectory], scores: list[np.ndarray], enc: Encoded) -> list[RunRecord]:
     """RunRecords with a "monitor" score."""
-    return [
-        RunRecord(
-            run_id=r.id,
-            instance_id=r.instance_id,
-            agent=r.agent,
-            source=r.source or r.agent,
-            resolved=bool(r.resolved),
-            step_tokens=np.array([s.tokens for s in r.steps], dtype=np.int64),
-            scores={"monitor": np.asarray(scores[i], dtype=np.float64)},
-            encoded_tokens=int(enc.encoded[i]),
-        )
-        for i, r in enumerate(runs)
-    ]
+    return records_from_runs(runs, {"monitor": scores}, enc.encoded)
 
 
 def fit_head(

@@ -7,8 +7,10 @@ split can be re-evaluated without re-encoding anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +44,33 @@ class RunRecord:
     @property
     def n_steps(self) -> int:
         return int(len(self.step_tokens))
+
+
+def records_from_runs(
+    runs: Sequence[Any],
+    scores: dict[str, Sequence[np.ndarray]],
+    encoded: Sequence[int] | None = None,
+) -> list[RunRecord]:
+    """One RunRecord per labelled Trajectory: its step ledger and, per scorer name, its scores.
+
+    Args:
+        runs: labelled Trajectories (resolved is not None).
+        scores: scorer name -> per-run score arrays, in the order of `runs`.
+        encoded: tokens the monitor encoded per run (None: 0).
+    """
+    return [
+        RunRecord(
+            run_id=r.id,
+            instance_id=r.instance_id,
+            agent=r.agent,
+            source=r.source or r.agent,
+            resolved=bool(r.resolved),
+            step_tokens=np.array([s.tokens for s in r.steps], dtype=np.int64),
+            scores={name: np.asarray(v[i], dtype=np.float64) for name, v in scores.items()},
+            encoded_tokens=int(encoded[i]) if encoded is not None else 0,
+        )
+        for i, r in enumerate(runs)
+    ]
 
 
 def save_records(path: str | Path, records: list[RunRecord]) -> None:

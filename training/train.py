@@ -47,7 +47,7 @@ from training.features import (
 from training.heads import add_lora, finetune, head_scores, merge_lora, select_probe
 from training.model import PrefixClassifier, build_classifier, save_classifier
 from training.prefix_metrics import auroc_report
-from training.records import RunRecord, save_records
+from training.records import RunRecord, records_from_runs, save_records
 from training.splits import make_splits, save_splits
 
 log = logging.getLogger(__name__)
@@ -386,19 +386,7 @@ def _records(
     scores: dict[str, list[np.ndarray]],
     encoded: Sequence[int] | None = None,
 ) -> list[RunRecord]:
-    return [
-        RunRecord(
-            run_id=r.id,
-            instance_id=r.instance_id,
-            agent=r.agent,
-            source=r.source or r.agent,
-            resolved=bool(r.resolved),
-            step_tokens=np.array([s.tokens for s in r.steps], dtype=np.int64),
-            scores={name: np.asarray(v[i], dtype=np.float64) for name, v in scores.items()},
-            encoded_tokens=int(encoded[i]) if encoded is not None else 0,
-        )
-        for i, r in enumerate(runs)
-    ]
+    return records_from_runs(runs, scores, encoded)
 
 
 def _after(cfg: PipelineConfig, out: Path, model_dir: Path, val: list[RunRecord]) -> None:
