@@ -155,7 +155,14 @@ class Bundle:
 
         own = per_agent.get(agent) if agent is not None else None
         if agent is not None and own is None and per_agent:
-            log.warning("agent %r has no calibrated thresholds; using the pooled ones", agent)
+            # thresholds.json before group_by was recorded: keyed by agent family
+            key = th.get("group_by", "agent")
+            log.warning(
+                "%r has no calibrated thresholds (they are keyed by %s: %s); using the pooled ones",
+                agent,
+                key,
+                ", ".join(sorted(per_agent)),
+            )
         entry = own or pooled
         warn = float(entry.get("warn", pooled.get("warn", math.inf)))
         if own is not None and (t := stop_of(own)) is not None:

@@ -127,6 +127,8 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     variants = [
         "full:signals_only",
         "full:lm_signals",
+        "full:window128",
+        "full:lora",
         "subset:lm_only",
         "subset:window128",
         "subset:lora",
@@ -152,7 +154,16 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     # subset variants use the (C, scale) full:lm_signals picked
     assert res["variants"]["subset:lm_only"]["probe"]["C"] == full["selection"]["C"]
     win = res["variants"]["subset:window128"]
-    assert win["feature_pass"]["tokens_encoded_now"] > 0  # a new featuriser config: a real pass
+    # full:window128 ran the new featuriser's pass over every split: the subset reads the cache
+    assert win["feature_pass"]["tokens_encoded_now"] == 0
+    assert win["feature_pass"]["encoded_tokens_total"] > 0
+    fwin = res["variants"]["full:window128"]
+    assert fwin["feature_pass"]["tokens_encoded_now"] > 0
+    assert set(fwin["ledger"]) == {"0.05", "0.1"}
+    flora = res["variants"]["full:lora"]
+    assert flora["lora"]["val_pass_seconds"] > 0 and flora["lora"]["test_pass_seconds"] > 0
+    assert flora["test_runs"] == full["test_runs"]
+    assert set(flora["ledger"]) == {"0.05", "0.1"}
     lora = res["variants"]["subset:lora"]["lora"]
     assert lora["windows"] > 0
     assert lora["finetune_seconds"] > 0
@@ -160,6 +171,16 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     for v in variants:
         assert f"| {v} |" in table
     assert "wrote" in capsys.readouterr().out
+
+
+def test_ablation_full_lora_needs_the_probe_pick_first(tiny_model_dir, small_data, tmp_path):
+    from training.ablations import run_ablations
+
+    cfg = PipelineConfig.model_validate(tiny_config(tiny_model_dir, tmp_path / "cache"))
+    with pytest.raises(ValueError, match="full:lm_signals before full:lora"):
+        run_ablations(cfg, None, variants=["full:lora", "full:lm_signals"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown ablation"):
+        run_ablations(cfg, None, variants=["full:window"])  # type: ignore[arg-type]
 
 
 def test_auroc_standard_error_hanley_mcneil():

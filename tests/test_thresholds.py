@@ -155,6 +155,7 @@ def test_per_agent_thresholds_differ_and_pooled_fallback():
     recs += [rec(200 + i, "high", True, rng.uniform(0.5, 0.9, 10)) for i in range(120)]
     recs += [rec(400 + i, "few", True, rng.uniform(0, 1, 10)) for i in range(5)]
     th = pick_thresholds(recs, targets=[0.05])
+    assert th["group_by"] == "agent"  # serving needs to know what the per_agent keys name
     t_low, src_low = lookup_threshold(th, "low", 0.05)
     t_high, _ = lookup_threshold(th, "high", 0.05)
     assert src_low == "agent"

@@ -3,11 +3,14 @@
 Variants are named SCOPE:WHAT.
 - SCOPE `full`: the config's training subsample, the whole validation and test splits, probe
   (C, hidden scale) picked on validation, thresholds picked on validation; AUROC and the token
-  ledger at 5 % and 10 % target FPR. Meant for variants whose features are in the cache
-  (signals_only, lm_only, lm_signals; layersN once `failfast train` ran with that cut): a new
-  feature pass over ~2M tokens costs ~20 min at 4 layers on 2 shared cores.
+  ledger at 5 % and 10 % target FPR. signals_only / lm_only / lm_signals share the config's
+  (cached) features; windowN and layersN run their own feature pass over every split (~2M
+  tokens: ~7-10 min at 4 layers on 2 cores, cached afterwards); lora fine-tunes on the training
+  subsample and re-encodes validation and test with the tuned backbone (needs full:lm_signals
+  first: its probe pick is the warm start).
 - SCOPE `subset`: per agent at most `subset_train` runs of the training subsample and
-  `subset_test` of the test split, stratified by label (sizes stated in the result); the probe's (C, hidden scale) is fixed to the pair the
+  `subset_test` of the test split, stratified by label (sizes stated in the result; a cap above
+  the split's size takes the whole test split); the probe's (C, hidden scale) is fixed to the pair the
   `full:lm_signals` variant picked (no validation pass); AUROC only (the subset's validation is
   not encoded, so no thresholds). Every subset variant uses the same runs, so rows compare.
 - WHAT: `signals_only` (loop signals, no LM features), `lm_only` (LM features, no signals),
@@ -88,27 +91,24 @@ def _auroc(recs: list[Any]) -> dict[str, Any]:
     }
 
 
-def _lora(
-    cfg: PipelineConfig,
-    runs: dict[str, list[Any]],
-    ref: dict[str, Encoded],
-    pair: tuple[float, float],
-) -> tuple[list[Any], dict[str, Any]]:
-    """LoRA on the subset: probe warm start on cached features, fine-tune, re-encode the test runs."""
+def _lora_model(
+    cfg: PipelineConfig, train_runs: list[Any], train_enc: Encoded, pair: tuple[float, float]
+) -> tuple[Any, dict[str, Any]]:
+    """LoRA on `train_runs`: probe warm start on cached features, fine-tune, merge."""
     from training.data import prefix_examples, run_weights, window_examples
     from training.heads import add_lora, finetune, merge_lora
 
     tc = cfg.train
     model = build_model(cfg)
-    fit_head(cfg, model, runs["train"], ref["train"], grid=[pair])
+    fit_head(cfg, model, train_runs, train_enc, grid=[pair])
     ex = prefix_examples(
-        runs["train"],
+        train_runs,
         min_steps=cfg.policy.min_steps,
         every=cfg.policy.every,
-        weights=run_weights(runs["train"], balance=tc.balance),
+        weights=run_weights(train_runs, balance=tc.balance),
         max_per_run=tc.max_prefixes_per_run,
     )
-    ex_w = window_examples(ref["train"].featuriser, runs["train"], ref["train"].signals, ex)
+    ex_w = window_examples(train_enc.featuriser, train_runs, train_enc.signals, ex)
     add_lora(
         model,
         r=tc.lora_r,
@@ -136,19 +136,47 @@ def _lora(
         )
     train_s = time.perf_counter() - t
     merge_lora(model)
-    model = model.float().eval()
-    test = encode(cfg, runs["test"], model=model, cached=False)
     info = {
         "windows": len(ex_w),
         "losses": losses,
         "finetune_seconds": round(train_s, 1),
-        "test_pass_seconds": round(test.seconds, 1),
         "settings": {
             k: getattr(tc, k)
             for k in ("epochs", "lr", "batch_size", "lora_r", "lora_alpha", "lora_top_layers")
         },
     }
+    return model.float().eval(), info
+
+
+def _lora(
+    cfg: PipelineConfig,
+    runs: dict[str, list[Any]],
+    ref: dict[str, Encoded],
+    pair: tuple[float, float],
+) -> tuple[list[Any], dict[str, Any]]:
+    """Subset LoRA: fine-tune on the subset's training runs, re-encode its test runs."""
+    model, info = _lora_model(cfg, runs["train"], ref["train"], pair)
+    test = encode(cfg, runs["test"], model=model, cached=False)
+    info["test_pass_seconds"] = round(test.seconds, 1)
     return records(runs["test"], score(model, test), test), info
+
+
+def _full_lora(
+    cfg: PipelineConfig, prep: Prepared, enc: dict[str, Encoded], pair: tuple[float, float]
+) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Full LoRA: fine-tune on the training subsample, re-encode validation and test with the
+    tuned backbone (no cache), thresholds on validation, ledger on test. The head keeps the
+    probe's (C, hidden scale) from full:lm_signals as its warm start."""
+    sp = prep.split
+    model, info = _lora_model(cfg, sp["train"], enc["train"], pair)
+    recs = {}
+    for n in ("val", "test"):
+        e = encode(cfg, sp[n], model=model, cached=False)
+        info[f"{n}_pass_seconds"] = round(e.seconds, 1)
+        recs[n] = records(sp[n], score(model, e), e)
+    th = pick(cfg, recs["val"])
+    led = {f"{tg:g}": ledger(recs["test"], th, target=tg) for tg in TARGETS}
+    return recs["test"], info, led
 
 
 def per_agent_subset(runs: Sequence[Any], cap: int, *, seed: int) -> list[Any]:
@@ -211,8 +239,8 @@ def run_ablations(
         if scope not in ("full", "subset"):
             raise ValueError(f"ablation {v!r}: scope must be full: or subset:")
         variant_config(cfg, what)
-        if scope == "full" and not (what in _INPUTS or what.startswith("layers")):
-            raise ValueError(f"ablation {v!r}: full: takes signals_only/lm_only/lm_signals/layersN")
+        if scope == "full" and what.startswith("lora") and enc_pair_missing(names, v):
+            raise ValueError(f"ablation {v!r}: run full:lm_signals before full:lora")
     seed = cfg.data.subsample_seed
     sub = {
         "train": per_agent_subset(prep.split["train"], subset_train, seed=seed),
@@ -240,12 +268,16 @@ def run_ablations(
         t = time.perf_counter()
         entry: dict[str, Any] = {"scope": scope}
         if scope == "full":
-            if what in _INPUTS:
+            if what in _INPUTS or what == "lora":
                 if not enc_full:
                     model = model or build_model(cfg)
                     enc_full = {n: encode(cfg, prep.split[n], model=model) for n in SPLITS}
+            if what in _INPUTS:
                 test, sel, led = _full(cfg, prep, model, enc_full, *_INPUTS[what])
-            else:  # layersN: its own (cached) features
+            elif what == "lora":
+                test, entry["lora"], led = _full_lora(cfg, prep, enc_full, pair)
+                sel = {"C": pair[0], "hidden_scale": pair[1], "from": pair_from}
+            else:  # layersN / windowN: its own (cached) features
                 vcfg = variant_config(cfg, what)
                 vmodel = build_model(vcfg)
                 enc = {n: encode(vcfg, prep.split[n], model=vmodel) for n in SPLITS}
@@ -302,6 +334,12 @@ def run_ablations(
             entry["seconds"],
         )
     return out
+
+
+def enc_pair_missing(names: Sequence[str], variant: str) -> bool:
+    """True when `variant` comes before (or without) full:lm_signals, whose probe pick it needs."""
+    before = names[: list(names).index(variant)]
+    return "full:lm_signals" not in before
 
 
 def test_counts(runs: Sequence[Any]) -> dict[str, dict[str, int]]:

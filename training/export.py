@@ -544,8 +544,10 @@ def model_card(manifest: dict[str, Any]) -> str:
         "",
         "## Thresholds",
         f"- mode: {th.get('mode', 'none')}, confidence {th.get('confidence', '-')}, schedule {th.get('schedule', '-')}",
-        f"- served target (run-level FPR): {manifest['target']}; per-agent thresholds with a pooled",
-        "  fallback (warning) for an agent never calibrated; a refused target means no stop by score.",
+        f"- served target (run-level FPR): {manifest['target']}; thresholds per "
+        f"{th.get('group_by', 'agent')} ({', '.join(sorted(th.get('per_agent') or {})) or 'none'}:",
+        "  pass that name as the session's `agent`) with a pooled fallback (warning) for one never",
+        "  calibrated; a refused target means no stop by score.",
         "",
         "## Intended use and limits",
         "- Early stopping and warm restart of SWE-bench-style agent runs, checked at step boundaries.",

@@ -365,7 +365,8 @@ def pick_thresholds(
         scorer: which score of the records to use.
 
     Returns:
-        The thresholds.json dict (MODEL_CONTRACT.md): mode, confidence, method, schedule, targets,
+        The thresholds.json dict (MODEL_CONTRACT.md): mode, confidence, method, schedule,
+        group_by (what the per_agent keys name: agent families or sources), targets,
         per_agent {group: {n_resolved, stop {target: {threshold, fpr_val, fpr_upper_bound} |
         {refused}}, warn}}, pooled (same shape). Refused per-agent targets fall back to pooled.
     """
@@ -397,6 +398,8 @@ def pick_thresholds(
         "confidence": cfg.confidence,
         "method": _method_name(cfg),
         "schedule": sched,
+        # what the per_agent keys are: serving callers pass this field of their run as `agent`
+        "group_by": cfg.group_by,
         "targets": [float(t) for t in cfg.targets],
         "per_agent": per_agent,
         "pooled": pooled,
