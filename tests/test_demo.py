@@ -161,7 +161,8 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     assert fwin["feature_pass"]["tokens_encoded_now"] > 0
     assert set(fwin["ledger"]) == {"0.05", "0.1"}
     flora = res["variants"]["full:lora"]
-    assert flora["lora"]["val_pass_seconds"] > 0 and flora["lora"]["test_pass_seconds"] > 0
+    assert flora["lora"]["val_pass_seconds"] > 0
+    assert flora["lora"]["test_pass_seconds"] > 0
     assert flora["test_runs"] == full["test_runs"]
     assert set(flora["ledger"]) == {"0.05", "0.1"}
     lora = res["variants"]["subset:lora"]["lora"]

@@ -124,7 +124,8 @@ def test_thresholds_lookup(scorer, caplog):
     assert (th.stop, th.source) == (0.7, "pooled-unknown-agent")
     assert "never-seen-agent" in caplog.text
     # the warning says what the thresholds are keyed by and which names exist
-    assert "keyed by agent" in caplog.text and "mini-swe-agent" in caplog.text
+    assert "keyed by agent" in caplog.text
+    assert "mini-swe-agent" in caplog.text
     sess = scorer.start("task", "mini-swe-agent")
     assert (sess.threshold, sess.warn_threshold) == (0.61, 0.45)
 

@@ -511,3 +511,66 @@ def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
     assert [r.resolved for r in again] == [r.resolved for r in runs]
     # the feature cache is keyed by content: a corpus round trip must not invalidate it
     assert [run_hash(r) for r in again] == [run_hash(r) for r in runs]
+
+
+def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs):
+    from training.crossfit import instance_folds, out_of_fold_scores
+
+    folds = instance_folds(runs, 3, seed=0)
+    by_inst: dict[str, set[int]] = {}
+    for r, f in zip(runs, folds, strict=True):
+        by_inst.setdefault(r.instance_id, set()).add(int(f))
+    assert all(len(fs) == 1 for fs in by_inst.values())  # both agents' runs share the fold
+    assert set(folds.tolist()) == {0, 1, 2}
+    feats, sig, ex, hid, s = _probe_data(model, featuriser, runs)
+    agents = [runs[i].agent for i in ex.run]
+    fit_probe(model, hid, s, ex.label, ex.weight, agents, C=0.1, hidden_scale=0.1)
+    served = [head_scores(model, f.hidden, g) for f, g in zip(feats, sig, strict=True)]
+    oof = out_of_fold_scores(
+        model, runs, [f.hidden for f in feats], sig, ex.run, hid, s, ex.label, ex.weight,
+        C=0.1, hidden_scale=0.1, folds=3, seed=0,
+    )  # fmt: skip
+    # the served head is restored
+    again = [head_scores(model, f.hidden, g) for f, g in zip(feats, sig, strict=True)]
+    assert all(np.array_equal(a, b) for a, b in zip(served, again, strict=True))
+    # a run's out-of-fold score is the probe fitted on the other folds' examples only
+    keep = folds[ex.run] != 0
+    fit_probe(model, hid[keep], s[keep], ex.label[keep], ex.weight[keep],
+              [a for a, k in zip(agents, keep, strict=True) if k], C=0.1, hidden_scale=0.1)  # fmt: skip
+    i = int(np.flatnonzero(folds == 0)[0])
+    assert np.allclose(oof[i], head_scores(model, feats[i].hidden, sig[i]))
+    assert not np.allclose(oof[i], served[i])
+    assert all(len(o) == len(r.steps) for o, r in zip(oof, runs, strict=True))
+    with pytest.raises(ValueError, match="instances for"):
+        instance_folds(runs[:2], 3)
+
+
+def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_model_dir, tmp_path):
+    runs = make_runs(20, seed=1)
+    cfg = PipelineConfig.model_validate(
+        {
+            "featurise": FEAT.model_dump(),
+            "policy": {"min_steps": 2, "every": 1},
+            "model": {"base": str(tiny_model_dir), "n_layers": 1},
+            "thresholds": {"calibration": "val+train-oof", "crossfit_folds": 3},
+            "train": {"cache_dir": str(tmp_path / "cache"), "progress": False, "bundle": True,
+                      "baselines": False},
+        }
+    )  # fmt: skip
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    splits = load_splits(out / "splits.json")
+    oof = load_records(out / "records" / "train_oof.parquet")
+    val = load_records(out / "records" / "val.parquet")
+    assert oof
+    assert {r.instance_id for r in oof} <= set(splits.train)
+    th = json.loads((out / "thresholds.json").read_text())
+    cal = th["calibration"]
+    assert cal["records"] == "val+train-oof"
+    for agent in ("alpha", "beta"):
+        rs = [r for r in val + oof if r.agent == agent]
+        assert cal["per_agent"][agent] == {
+            "runs": len(rs),
+            "resolved": sum(bool(r.resolved) for r in rs),
+        }
+        assert th["per_agent"][agent]["n_resolved"] == cal["per_agent"][agent]["resolved"]

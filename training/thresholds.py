@@ -63,6 +63,12 @@ class ThresholdConfig(StrictModel):
     """Record field the thresholds are conditioned on (group-conditional / Mondrian)."""
     scorer: str = "monitor"
     """Which score in RunRecord.scores the thresholds apply to."""
+    calibration: Literal["val", "val+train-oof"] = "val"
+    """Calibration runs of `failfast train`: the validation split, or the validation split plus
+    the training runs scored out of fold (training.crossfit; more resolved runs per agent, so
+    lower certified thresholds for agents with few)."""
+    crossfit_folds: int = Field(5, ge=2)
+    """Instance folds of `val+train-oof`."""
 
 
 def target_key(target: float) -> str:

@@ -339,8 +339,50 @@ def run_pipeline(
     (out / "data_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
     if tc.bundle:
-        _after(cfg, out, model_dir, records["val"])
+        calib = records["val"]
+        if cfg.thresholds.calibration == "val+train-oof":
+            t = time.perf_counter()
+            calib = calib + _train_oof_records(cfg, model, probe, use["train"], feats, sig, ex)
+            save_records(out / "records" / "train_oof.parquet", calib[len(records["val"]) :])
+            log.info("cross-fitted training scores in %.1f s", time.perf_counter() - t)
+        _after(cfg, out, model_dir, calib)
     return metrics
+
+
+def _train_oof_records(
+    cfg: PipelineConfig,
+    model: PrefixClassifier,
+    probe: Any,
+    runs: list[Trajectory],
+    feats: dict[str, Any],
+    sig: dict[str, list[np.ndarray]],
+    ex: Any,
+) -> list[RunRecord]:
+    """The training runs as calibration records, scored out of fold (training.crossfit)."""
+    from training.crossfit import out_of_fold_scores
+
+    if cfg.model.head != "probe":
+        raise ValueError(
+            "thresholds.calibration=val+train-oof needs model.head=probe (a fine-tuned backbone "
+            "has seen every training run)"
+        )
+    scores = out_of_fold_scores(
+        model,
+        runs,
+        [f.hidden for f in feats["train"]],
+        sig["train"],
+        ex.run,
+        _rows([f.hidden for f in feats["train"]], ex.run, ex.step),
+        _rows(sig["train"], ex.run, ex.step),
+        ex.label,
+        ex.weight,
+        C=probe.C,
+        hidden_scale=probe.hidden_scale,
+        agent_columns=cfg.model.agent_columns,
+        folds=cfg.thresholds.crossfit_folds,
+        seed=cfg.train.seed,
+    )
+    return _records(runs, {"monitor": scores}, [f.encoded_tokens for f in feats["train"]])
 
 
 def _select_probe(
@@ -402,7 +444,11 @@ def _after(cfg: PipelineConfig, out: Path, model_dir: Path, val: list[RunRecord]
         every=cfg.policy.every,
         persist=cfg.policy.persist,
     )
-    (out / "thresholds.json").write_text(json.dumps(picker.fit(val).thresholds_, indent=1) + "\n")
+    from training.crossfit import calibration_summary
+
+    th = picker.fit(val).thresholds_
+    th["calibration"] = calibration_summary(val, cfg.thresholds.calibration)
+    (out / "thresholds.json").write_text(json.dumps(th, indent=1) + "\n")
     try:
         from training.export import write_bundle
     except ImportError:
