@@ -94,6 +94,9 @@ class ScoreRequest(BaseModel):
     steps: list[StepIn] | None = None
     task: str = ""
     agent: str | None = Field(None, description="Agent family (overrides the transcript's).")
+    submission: str = Field(
+        "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
+    )
     all_decisions: bool = Field(False, description="Return the Decision after every step.")
 
 
@@ -130,7 +133,11 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class _BodyLimit:
-    """ASGI middleware: 413 when a request body (declared or streamed) exceeds the limit."""
+    """ASGI middleware: 413 when a request body (declared or streamed) exceeds the limit.
+
+    A body without Content-Length (chunked) is read here first, up to the limit, and then replayed
+    to the app: an overflow raised inside FastAPI's body parsing would come out as a 400.
+    """
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app = app
@@ -146,24 +153,24 @@ class _BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await too_big(scope, receive, send)
             return
+        messages: list[dict] = []
         seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        while True:
             message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _TooBig
-            return message
+                await too_big(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooBig:
-            await too_big(scope, receive, send)
+        async def replay() -> dict:
+            return messages.pop(0) if messages else await receive()
 
-
-class _TooBig(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def create_app(
@@ -262,6 +269,8 @@ def create_app(
             )
         if req.agent is not None:
             traj.agent = req.agent
+        if req.submission:
+            traj.submission = req.submission
         with slots:
             result = score_transcript(scorer, traj, monitor=monitor)
         return _clean(result.to_dict(all_decisions=req.all_decisions))

@@ -52,7 +52,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
     p.add_argument("harness", choices=["claude-code"], help="which harness calls the hook")
-    _scorer_args(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--bundle", help="bundle folder (loaded, and the model started, per event)")
+    src.add_argument(
+        "--url", help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load)"
+    )
+    p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
+    p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for the service (--url)"
+    )
     p.set_defaults(func=_hook)
 
     p = sub.add_parser(
@@ -135,11 +145,11 @@ def _hook(args: argparse.Namespace) -> int:
 
     try:
         event = read_event(sys.stdin.read())
-        scorer = _load_scorer(args)
+        scorer = None if args.url else _load_scorer(args)
     except Exception as e:  # a broken monitor never blocks the session: exit 0, say why
         logging.getLogger("failfast.hook").error("failfast hook: monitor_error: %s", e)
         return 0
-    out = run_hook(event, scorer)
+    out = run_hook(event, scorer, url=args.url, timeout=args.timeout)
     if out:
         print(json.dumps(out))
     return 0

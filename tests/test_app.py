@@ -176,6 +176,33 @@ def test_errors_are_4xx_with_messages(server):
     assert "200000" in r.json()["error"]
 
 
+def test_chunked_body_over_the_limit_is_413(server):
+    """No Content-Length (Transfer-Encoding: chunked): counted while read, same 413 JSON error."""
+
+    def chunks(n: int):
+        yield b'{"transcript": "'
+        for _ in range(n):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    headers = {"content-type": "application/json"}
+    r = httpx.post(f"{server}/v1/score", content=chunks(30), headers=headers, timeout=30)
+    assert r.request.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413
+    assert r.json() == {"error": "request body over 200000 bytes"}
+    # a chunked body under the limit still reaches the endpoint (422: not a transcript)
+    r = httpx.post(f"{server}/v1/score", content=chunks(3), headers=headers, timeout=30)
+    assert r.status_code == 422
+    assert "cannot read transcript" in r.json()["error"]
+    body = json.dumps({"steps": [step_json(s) for s in make_run(3).steps]}).encode()
+    r = httpx.post(
+        f"{server}/v1/score", content=iter([body[:50], body[50:]]), headers=headers, timeout=30
+    )
+    assert r.status_code == 200
+    assert r.json()["n_steps"] == 3
+
+
 def test_step_limit_and_idle_expiry(server):
     sid = httpx.post(f"{server}/v1/sessions", json={"task": "t"}).json()["session_id"]
     step = {"tool": "bash", "action": "ls", "observation": "a b"}

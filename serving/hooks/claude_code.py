@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-from monitor.types import Decision
+from monitor.types import Decision, Flag, RestartPacket
 from serving.hooks.minisweagent import write_restart
 
 log = logging.getLogger(__name__)
@@ -75,15 +78,106 @@ def decide(event: dict[str, Any], scorer: Any) -> Decision:
     return score_transcript(scorer, traj).final
 
 
-def run_hook(event: dict[str, Any], scorer: Any) -> dict[str, Any]:
-    """Handle one hook event; never raises (a failing monitor must not block the session)."""
+class ServiceError(RuntimeError):
+    """The scoring service could not be reached or gave an unusable answer."""
+
+
+def decide_remote(event: dict[str, Any], url: str, *, timeout: float = 5.0) -> Decision:
+    """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
+
+    Raises:
+        ServiceError: the service is down, too slow (`timeout` seconds per connect / read), answers
+            with an error status, or its answer has no usable decision.
+    """
+    from serving.transcripts import read_transcript
+
+    traj = read_transcript(event["transcript_path"], "claude-code")
+    body = {
+        "steps": [s.to_dict() for s in traj.steps],
+        "task": traj.task,
+        "agent": traj.agent or AGENT,
+        "submission": traj.submission,
+    }
+    endpoint = url.rstrip("/") + "/v1/score"
+    request = urllib.request.Request(
+        endpoint,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:300].decode(errors="replace")
+        raise ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}") from e
+    except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
+        reason = getattr(e, "reason", e)
+        raise ServiceError(f"{endpoint} unreachable: {reason}") from e
+    try:
+        return decision_from_dict(json.loads(raw)["decision"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ServiceError(f"{endpoint} gave no usable decision: {e!r}") from e
+
+
+def decision_from_dict(d: dict[str, Any]) -> Decision:
+    """A Decision from its `to_dict()` JSON (as /v1/score returns it); ValueError when malformed."""
+    if not isinstance(d, dict) or d.get("action") not in ("continue", "warn", "stop"):
+        raise ValueError(f"not a decision: {str(d)[:200]}")
+    restart = d.get("restart")
+    return Decision(
+        action=d["action"],
+        reason=str(d.get("reason", "ok")),
+        score=None if d.get("score") is None else float(d["score"]),
+        threshold=None if d.get("threshold") is None else float(d["threshold"]),
+        step=int(d.get("step", 0)),
+        evidence=dict(d.get("evidence") or {}),
+        flags=[Flag(**f) for f in d.get("flags") or []],
+        restart=RestartPacket(**restart) if restart else None,
+    )
+
+
+def _json_safe(x: Any) -> Any:
+    """Non-finite floats -> None, tuples -> lists (what a JSON round trip through the service gives)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def run_hook(
+    event: dict[str, Any],
+    scorer: Any = None,
+    *,
+    url: str | None = None,
+    timeout: float = 5.0,
+) -> dict[str, Any]:
+    """Handle one hook event; never raises (a failing monitor must not block the session).
+
+    Args:
+        event: the hook event from stdin.
+        scorer: a loaded serving.Scorer (`--bundle`); unused when `url` is given.
+        url: base URL of a running `failfast serve` (`--url`): one HTTP call, no model load.
+        timeout: seconds to wait for the service (per connect / read).
+    """
     try:
         if not event.get("transcript_path"):
             raise ValueError("hook event has no transcript_path")
-        decision = decide(event, scorer)
-    except Exception:
-        log.exception("failfast hook: monitor_error, letting the session continue")
+        if url:
+            decision = decide_remote(event, url, timeout=timeout)
+        else:
+            decision = decision_from_dict(_json_safe(decide(event, scorer).to_dict()))
+    except ServiceError as e:
+        log.error("failfast hook: monitor_error: %s; letting the session continue", e)
         return {}
+    except Exception as e:
+        log.exception("failfast hook: monitor_error: %r; letting the session continue", e)
+        return {}
+    if url and decision.reason == "monitor_error":
+        log.error("failfast hook: monitor_error reported by %s; letting the session continue", url)
     if decision.stop:
         try:
             write_restart(restart_path(event["transcript_path"]), decision, agent=AGENT, task="")
