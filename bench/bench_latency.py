@@ -94,8 +94,8 @@ def main() -> None:
     bundle = build(work, args.layers)
 
     from serving.scorer import Scorer
-    from training.export import KVGraph
     from training.model import load_classifier
+    from training.onnx_graphs import KVGraph
 
     fp32 = Scorer.load(bundle, threads=args.threads, verify=False)  # as served (no spinning)
     int8 = Scorer.load(bundle, threads=args.threads, int8=True, verify=False)

@@ -74,8 +74,8 @@ def test_mean_pooled_kv_graph_carries_the_running_mean(tiny_model_dir, tmp_path_
     import onnxruntime as ort
     import torch
 
-    from training.export import kv_names
     from training.model import load_classifier
+    from training.onnx_graphs import kv_names
 
     bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
     m = json.loads((bundle / "monitor.json").read_text())
