@@ -52,11 +52,22 @@ def _ort_session(path: Path, threads: int | None) -> Any:
     # No busy-waiting between ops: on a shared CPU, and with many sessions calling at once,
     # spinning threads only steal cores (measured: an incremental step 226 -> 128 ms here).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # The arena settings stay at onnxruntime's defaults. Measured on the 12-layer int8 bundle
+    # (bench/bench_load.py --int8 --sessions 16 --steps 30, server peak RSS / p95 step): default
+    # 4.7 GB / 13-18 s; enable_cpu_mem_arena=False 6.9 GB / 39 s (glibc malloc fragments worse
+    # across request threads, and a 2,048-token call is 3x slower); enable_mem_pattern=False
+    # 4.7 GB; with chunked encoding (KVScoreSession._run) 2.2 GB / 9 s, and on top of that
+    # arena off 4.0 GB, mem pattern off 2.2 GB, per-run arena shrinkage 2.6 GB, a shared
+    # kSameAsRequested arena 2.9 GB. The peak came from concurrent whole-window encodes, not the
+    # arena.
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 class Scorer:
     """Scores runs with a bundle's ONNX graphs. Thread-safe (onnxruntime `run` is).
+
+    Live sessions feed model_kv.onnx at most `encode_chunk` tokens per call (0: all at once);
+    set the attribute to change it.
 
     Args:
         bundle: a loaded bundle.
@@ -64,6 +75,12 @@ class Scorer:
         int8: use the int8 graphs (the bundle must have been exported with --int8).
         target: run-level FPR target for the stop threshold (None: the bundle's default).
     """
+
+    # 256: one 2,048-token encode of the 12-layer bundle peaks ~0.1 GB above the weights instead
+    # of ~0.8 GB, and takes 1.1 s instead of 1.9 s (int8; fp32 1.9 vs 2.4 s, same logits to 1e-4).
+    # 128 measured the same under load. With int8 graphs the scores shift a little with the chunk
+    # size (activation scales are per call), as they already do between incremental steps.
+    encode_chunk: int = 256
 
     def __init__(
         self,
@@ -237,15 +254,22 @@ class KVScoreSession:
     def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
         s = self._scorer
         self._past = None  # until this call succeeds
-        total = past[-1].shape[2] + len(new) if past else len(new)
-        feed = {
-            "input_ids": np.asarray([new], dtype=np.int64),
-            "attention_mask": np.ones((1, total), dtype=np.int64),
-            "signals": sig[None],
-            **dict(zip(s.past_names, past, strict=True)),
-        }
-        logits, *present = s.kv.run(None, {k: v for k, v in feed.items() if k in s._kv_inputs})
-        self._past = present
+        step = s.encode_chunk if s.encode_chunk > 0 else max(1, len(new))
+        logits = np.zeros(1, np.float32)
+        # Long inputs (the whole window after a re-render) go through the graph in chunks: one
+        # 2,048-token call holds ~0.8 GB of attention activations, so concurrent re-renders under
+        # load set the server's peak memory (see Scorer.encode_chunk).
+        for start in range(0, max(1, len(new)), step):  # an empty step still gets its call
+            chunk = new[start : start + step]
+            total = past[-1].shape[2] + len(chunk) if past else len(chunk)
+            feed = {
+                "input_ids": np.asarray([chunk], dtype=np.int64),
+                "attention_mask": np.ones((1, total), dtype=np.int64),
+                "signals": sig[None],
+                **dict(zip(s.past_names, past, strict=True)),
+            }
+            logits, *past = s.kv.run(None, {k: v for k, v in feed.items() if k in s._kv_inputs})
+        self._past = past
         self.tokens_encoded += len(new)
         score = float(sigmoid(logits)[0])
         if not math.isfinite(score):
