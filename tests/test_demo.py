@@ -157,6 +157,12 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     # full:window128 ran the new featuriser's pass over every split: the subset reads the cache
     assert win["feature_pass"]["tokens_encoded_now"] == 0
     assert win["feature_pass"]["encoded_tokens_total"] > 0
+    # every other variant is compared with its scope's lm_signals on the same runs
+    vs = res["variants"]["full:signals_only"]["vs_reference"]
+    assert vs["reference"] == "full:lm_signals"
+    assert vs["runs"] == full["test_runs"]
+    assert "vs_reference" not in full
+    assert (tmp_path / "out" / "experiments" / "ablation_records" / "full_lora.parquet").is_file()
     fwin = res["variants"]["full:window128"]
     assert fwin["feature_pass"]["tokens_encoded_now"] > 0
     assert set(fwin["ledger"]) == {"0.05", "0.1"}
@@ -168,6 +174,7 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     lora = res["variants"]["subset:lora"]["lora"]
     assert lora["windows"] > 0
     assert lora["finetune_seconds"] > 0
+    assert (tmp_path / "out" / "experiments" / "ablations.png").stat().st_size > 10_000
     table = (tmp_path / "out" / "experiments" / "ablations.md").read_text()
     for v in variants:
         assert f"| {v} |" in table

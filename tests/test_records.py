@@ -39,3 +39,33 @@ def test_records_round_trip(tmp_path):
     assert back[0].step_tokens.tolist() == [10, 20, 30]
     assert back[0].encoded_tokens == 77
     assert back[1].resolved is False
+
+
+def test_paired_auroc_delta_is_zero_for_identical_scores_and_positive_for_a_better_scorer():
+    from training.prefix_metrics import paired_auroc_delta
+    from training.records import RunRecord
+
+    rng = np.random.default_rng(0)
+
+    def recs(noise: float) -> list[RunRecord]:
+        out = []
+        for i in range(60):
+            resolved = i % 3 == 0
+            base = (0.3 if resolved else 0.6) + noise * rng.normal(size=8)
+            out.append(
+                RunRecord(
+                    run_id=f"r{i}", agent="a" if i % 2 else "b", source="s", instance_id=f"i{i}",
+                    resolved=resolved, step_tokens=np.ones(8), scores={"monitor": base},
+                )
+            )  # fmt: skip
+        return out
+
+    noisy = recs(0.6)
+    same = paired_auroc_delta(noisy, noisy, n_boot=50)
+    assert same["delta"] == 0.0
+    assert same["lo"] == same["hi"] == 0.0
+    clean = recs(0.1)
+    d = paired_auroc_delta(noisy, clean, n_boot=200)
+    assert d["runs"] == 60
+    assert d["delta"] > 0.1
+    assert 0 < d["lo"] <= d["delta"] <= d["hi"]

@@ -27,6 +27,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from training.config import PipelineConfig
@@ -46,6 +47,7 @@ from training.experiments import (
     records,
     score,
 )
+from training.records import save_records
 
 log = logging.getLogger(__name__)
 VARIANTS = (
@@ -227,11 +229,13 @@ def run_ablations(
     subset_train: int = 20,
     subset_test: int = 25,
     on_variant: Callable[[dict[str, Any]], None] | None = None,
+    records_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the named variants (default VARIANTS, in that order); returns the JSON of the report.
 
     `on_variant(result so far)` is called after each variant (the CLI writes partial results, so
-    an interrupted run keeps the variants already done).
+    an interrupted run keeps the variants already done). `records_dir`: where each variant's
+    test records go (SCOPE_WHAT.parquet), for analyses after the fact.
     """
     names = list(variants or VARIANTS)
     for v in names:
@@ -258,6 +262,7 @@ def run_ablations(
         },
         "variants": {},
     }
+    tests: dict[str, list[Any]] = {}
     model = None
     enc_full: dict[str, Encoded] = {}
     enc_sub: dict[str, Encoded] = {}
@@ -325,6 +330,10 @@ def run_ablations(
         entry["auroc"] = _auroc(test)
         entry["seconds"] = round(time.perf_counter() - t, 1)
         out["variants"][v] = entry
+        tests[v] = test
+        if records_dir is not None:
+            save_records(records_dir / f"{v.replace(':', '_')}.parquet", test)
+        _paired(out, tests)
         if on_variant is not None:
             on_variant(out)
         log.info(
@@ -334,6 +343,18 @@ def run_ablations(
             entry["seconds"],
         )
     return out
+
+
+def _paired(out: dict[str, Any], tests: dict[str, list[Any]]) -> None:
+    """Each variant vs its scope's lm_signals reference on the same test runs (paired bootstrap
+    of the mean per-agent overall AUROC difference), once both exist."""
+    from training.prefix_metrics import paired_auroc_delta
+
+    for v, e in out["variants"].items():
+        ref = f"{e['scope']}:lm_signals"
+        if v == ref or ref not in tests or "vs_reference" in e:
+            continue
+        e["vs_reference"] = {"reference": ref, **paired_auroc_delta(tests[ref], tests[v])}
 
 
 def enc_pair_missing(names: Sequence[str], variant: str) -> bool:
@@ -364,26 +385,35 @@ def auroc_se(auc: float, n_pos: int, n_neg: int) -> float | None:
     return math.sqrt(max(var, 0.0))
 
 
-def _mean_se(per_agent: dict[str, Any], counts: dict[str, dict[str, int]] | None) -> str:
+def mean_se(per_agent: dict[str, Any], counts: dict[str, dict[str, int]] | None) -> float | None:
     """Standard error of the mean over agents of the overall AUROC (agents independent)."""
-    if not counts:
-        return "-"
     ses = []
     for a, vals in per_agent.items():
-        auc, c = vals.get("overall"), counts.get(a)
+        auc, c = vals.get("overall"), (counts or {}).get(a)
         if auc is None or c is None:
             continue
         se = auroc_se(auc, c["unresolved"], c["runs"] - c["unresolved"])
         if se is not None:
             ses.append(se)
-    return f"{math.sqrt(sum(x * x for x in ses)) / len(ses):.3f}" if ses else "-"
+    return math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None
+
+
+def _mean_se(per_agent: dict[str, Any], counts: dict[str, dict[str, int]] | None) -> str:
+    se = mean_se(per_agent, counts)
+    return "-" if se is None else f"{se:.3f}"
+
+
+def _delta(d: dict[str, Any] | None) -> str:
+    if not d or d.get("delta") is None:
+        return "-"
+    return f"{d['delta']:+.3f} ({d['lo']:+.3f}, {d['hi']:+.3f})"
 
 
 def ablation_table(result: dict[str, Any]) -> str:
     """One markdown table: a row per variant."""
     agents = sorted({a for e in result["variants"].values() for a in e["auroc"]["per_agent"]})
     head = ["variant", "train runs", "test runs", "mean/agent AUROC " + " / ".join(AUROC_KEYS),
-            "SE", *(f"{a} overall" for a in agents)]  # fmt: skip
+            "SE", "vs lm_signals (95% CI)", *(f"{a} overall" for a in agents)]  # fmt: skip
     for tg in TARGETS:
         head += [f"FPR@{tg:g}", f"saved@{tg:g}"]
     head.append("s")
@@ -393,7 +423,9 @@ def ablation_table(result: dict[str, Any]) -> str:
         f"{result['full']['test']} runs; subset: {result['subset']['train']} training and "
         f"{result['subset']['test']} test runs ({result['subset_rule']}; no thresholds, AUROC only).",
         "SE: Hanley-McNeil standard error of the mean/agent overall AUROC from the run counts "
-        "(differences between rows of the same scope smaller than ~2 SE are noise). "
+        "(of one row alone). vs lm_signals: the difference to the same scope's LM + signals row "
+        "on the same test runs, with a paired bootstrap 95% interval (runs resampled within "
+        "agent): the test for whether a variant helps. "
         "FPR/saved: realized run-level FPR and token savings (%) at target FPR 5 % / 10 %, "
         "thresholds picked on validation. s: wall seconds of the variant (feature pass included).",
         "",
@@ -405,6 +437,7 @@ def ablation_table(result: dict[str, Any]) -> str:
         cells = [v, str(e["train_runs"]), str(e["test_runs"]),
                  " / ".join(num(a["mean_per_agent"][k]) for k in AUROC_KEYS),
                  _mean_se(a["per_agent"], (result.get("test_counts") or {}).get(e["scope"])),
+                 _delta(e.get("vs_reference")),
                  *(num(a["per_agent"].get(g, {}).get("overall")) for g in agents)]  # fmt: skip
         for tg in TARGETS:
             m = (e.get("ledger") or {}).get(f"{tg:g}")

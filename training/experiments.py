@@ -331,9 +331,13 @@ def run_experiment(
             subset_train=subset_train,
             subset_test=subset_test,
             on_variant=partial,
+            records_dir=out / "experiments" / "ablation_records",
         )
         table = ablation_table(result)
         stem = "ablations"
+        from training.plots import plot_ablations
+
+        plot_ablations(result, out / "experiments" / "ablations.png")
     else:
         raise ValueError(f"unknown experiment {name!r} (transfer, ablate)")
     result["seconds"] = round(time.perf_counter() - t, 1)

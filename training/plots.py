@@ -8,6 +8,8 @@
   (a pooled ROC mostly measures which agent wrote the run).
 - score_over_steps.png: the monitor's score over the run for a sample of resolved and
   unresolved runs.
+- ablations.png (`failfast experiment ablate`): mean per-agent test AUROC of each variant with
+  +-2 standard errors, and the tokens saved at 5 % target FPR of the variants that have thresholds.
 """
 
 from __future__ import annotations
@@ -152,3 +154,45 @@ def write_plots(
     plot_roc(records, paths[1], scorers=scorers)
     plot_scores_over_steps(records, paths[2], scorer=scorers[0], n=n_runs)
     return paths
+
+
+def plot_ablations(result: Mapping[str, Any], path: Path) -> None:
+    """Ablation variants: AUROC with +-2 SE (left), tokens saved and realized FPR at 5 % (right)."""
+    from training.ablations import mean_se
+
+    plt = _plt()
+    names = list(result["variants"])
+    counts = result.get("test_counts") or {}
+    auc, err = [], []
+    for v in names:
+        e = result["variants"][v]
+        a = e["auroc"]
+        auc.append(a["mean_per_agent"].get("overall") or math.nan)
+        se = mean_se(a["per_agent"], counts.get(e["scope"]))
+        err.append(2 * se if se is not None else 0.0)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.6), sharey=True)
+    y = np.arange(len(names))
+    colors = ["C0" if result["variants"][v]["scope"] == "full" else "C1" for v in names]
+    ax1.barh(y, auc, xerr=err, color=colors, capsize=3)
+    ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
+    ax1.set_xlim(0.4, 0.9)
+    ax1.set_yticks(y, names)
+    ax1.invert_yaxis()
+    ax1.set_xlabel("mean per-agent test AUROC, all prefixes (+-2 SE)")
+    saved, labels = [], []
+    for v in names:
+        m = (result["variants"][v].get("ledger") or {}).get("0.05")
+        saved.append(100 * m["token_savings"] if m else math.nan)
+        labels.append(f"FPR {100 * m['realized_fpr']:.1f}%" if m else "no thresholds")
+    ax2.barh(y, [0 if math.isnan(x) else x for x in saved], color=colors)
+    for yi, x, lab in zip(y, saved, labels, strict=True):
+        ax2.text((0 if math.isnan(x) else x) + 0.5, yi, lab, va="center", fontsize=8)
+    ax2.set_xlabel("tokens saved at 5 % target FPR, test split (%)")
+    ax2.set_xlim(0, max([x for x in saved if not math.isnan(x)] + [10]) * 1.4)
+    fig.suptitle(
+        "Ablations (blue: full splits, thresholds on validation; orange: subset, AUROC only)"
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
