@@ -141,6 +141,7 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
         variants=variants,
         subset_train=8,
         subset_test=5,
+        probe_grid=True,
     )
     assert list(res["variants"]) == variants
     assert res["subset"]["test"] <= 10  # at most 5 per agent
@@ -163,6 +164,10 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     assert vs["runs"] == full["test_runs"]
     assert "vs_reference" not in full
     assert (tmp_path / "out" / "experiments" / "ablation_records" / "full_lora.parquet").is_file()
+    grid = res["variants"]["subset:window128"]["grid"]
+    assert set(grid) == {"C=0.1,hidden_scale=0.1", "C=1,hidden_scale=0.1"}
+    assert all(0 <= x <= 1 for x in grid.values() if x is not None)
+    assert "full:lm_signals" not in [v for v, e in res["variants"].items() if "grid" in e]
     fwin = res["variants"]["full:window128"]
     assert fwin["feature_pass"]["tokens_encoded_now"] > 0
     assert set(fwin["ledger"]) == {"0.05", "0.1"}

@@ -182,6 +182,12 @@ def _register_experiments(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--subset-test", type=int, default=25, help="ablate: subset test runs per agent")
     p.add_argument(
+        "--probe-grid",
+        action="store_true",
+        help="ablate: subset variants also report the test AUROC of every (C, hidden scale) of "
+        "the config's probe grid (hindsight sensitivity of the fixed pair)",
+    )
+    p.add_argument(
         "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
     )
 
@@ -198,6 +204,7 @@ def _register_experiments(sub: argparse._SubParsersAction) -> None:
             variants=args.variants,
             subset_train=args.subset_train,
             subset_test=args.subset_test,
+            probe_grid=args.probe_grid,
         )
         return 0
 

@@ -306,6 +306,7 @@ def run_experiment(
     variants: Sequence[str] | None = None,
     subset_train: int = 20,
     subset_test: int = 25,
+    probe_grid: bool = False,
 ) -> dict[str, Any]:
     """Run `transfer` or `ablate`, write OUT/experiments/, print the table; returns the JSON."""
     from training.transfer import run_transfer, transfer_table
@@ -332,6 +333,7 @@ def run_experiment(
             subset_test=subset_test,
             on_variant=partial,
             records_dir=out / "experiments" / "ablation_records",
+            probe_grid=probe_grid,
         )
         table = ablation_table(result)
         stem = "ablations"

@@ -174,11 +174,18 @@ def plot_ablations(result: Mapping[str, Any], path: Path) -> None:
     y = np.arange(len(names))
     colors = ["C0" if result["variants"][v]["scope"] == "full" else "C1" for v in names]
     ax1.barh(y, auc, xerr=err, color=colors, capsize=3)
+    for yi, v, a, e in zip(y, names, auc, err, strict=True):
+        d = result["variants"][v].get("vs_reference") or {}
+        if d.get("delta") is not None:  # the paired comparison: what decides whether it helps
+            ax1.text(a + e + 0.005, yi, f"{d['delta']:+.3f}\n[{d['lo']:+.3f}, {d['hi']:+.3f}]",
+                     fontsize=7, va="center")  # fmt: skip
     ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
-    ax1.set_xlim(0.4, 0.9)
+    ax1.set_xlim(0.4, 0.92)
     ax1.set_yticks(y, names)
     ax1.invert_yaxis()
-    ax1.set_xlabel("mean per-agent test AUROC, all prefixes (+-2 SE)")
+    ax1.set_xlabel(
+        "mean per-agent test AUROC, all prefixes (+-2 SE of the row; text: paired 95% CI)"
+    )
     saved, labels = [], []
     for v in names:
         m = (result["variants"][v].get("ledger") or {}).get("0.05")
