@@ -244,3 +244,28 @@ def test_bad_answers_give_no_output_and_name_the_cause(fixtures_dir, tmp_path, c
     assert out["continue"] is False
     assert "stuck_pattern" in out["stopReason"]
     assert json.loads(restart_path(path).read_text())["step"] == 7
+
+
+def test_url_ignores_proxy_settings(fixtures_dir, tmp_path, monkeypatch):
+    """The transcript goes to --url only: an http_proxy in the environment (here a dead one)
+    neither receives it nor breaks the hook."""
+    from serving.hooks.claude_code import run_hook
+
+    path = tmp_path / "loop.jsonl"
+    shutil.copyfile(fixtures_dir / "claude_code_constructed_loop.jsonl", path)
+    stop = {"action": "stop", "reason": "stuck_pattern", "step": 7, "restart": None}
+    _Canned.answers = [(200, json.dumps({"decision": stop}).encode())]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_proxy = f"http://127.0.0.1:{s.getsockname()[1]}"
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, dead_proxy)
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Canned)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        out = run_hook(_event(path), url=f"http://127.0.0.1:{httpd.server_address[1]}")
+    finally:
+        httpd.shutdown()
+    assert out["continue"] is False

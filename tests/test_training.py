@@ -574,3 +574,17 @@ def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_m
             "resolved": sum(bool(r.resolved) for r in rs),
         }
         assert th["per_agent"][agent]["n_resolved"] == cal["per_agent"][agent]["resolved"]
+
+
+def test_val_train_oof_with_a_fine_tuned_head_fails_before_training(tiny_model_dir, tmp_path):
+    cfg = PipelineConfig.model_validate(
+        {
+            "featurise": FEAT.model_dump(),
+            "model": {"base": str(tiny_model_dir), "n_layers": 1, "head": "lora"},
+            "thresholds": {"calibration": "val+train-oof"},
+            "train": {"cache_dir": str(tmp_path / "cache"), "progress": False},
+        }
+    )
+    with pytest.raises(ValueError, match="needs model.head=probe"):
+        run_pipeline(cfg, make_runs(4), tmp_path / "out")
+    assert not (tmp_path / "cache" / "features").exists()  # nothing was encoded

@@ -433,6 +433,8 @@ def _mean_se(per_agent: dict[str, Any], counts: dict[str, dict[str, int]] | None
 def _delta(d: dict[str, Any] | None) -> str:
     if not d or d.get("delta") is None:
         return "-"
+    if d.get("lo") is None or d.get("hi") is None:
+        return f"{d['delta']:+.3f}"
     return f"{d['delta']:+.3f} ({d['lo']:+.3f}, {d['hi']:+.3f})"
 
 

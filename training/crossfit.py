@@ -96,11 +96,14 @@ def out_of_fold_scores(
     return [s if s is not None else np.zeros(0) for s in out]
 
 
-def calibration_summary(records: Sequence[Any], source: str) -> dict[str, Any]:
-    """What thresholds.json says about its calibration runs (per agent: runs, resolved)."""
+def calibration_summary(
+    records: Sequence[Any], source: str, *, group_by: str = "agent"
+) -> dict[str, Any]:
+    """What thresholds.json says about its calibration runs (per threshold group: runs,
+    resolved); the key "per_agent" matches thresholds.json's, whatever `group_by` is."""
     per: dict[str, dict[str, int]] = {}
     for r in records:
-        c = per.setdefault(r.agent, {"runs": 0, "resolved": 0})
+        c = per.setdefault(str(getattr(r, group_by)), {"runs": 0, "resolved": 0})
         c["runs"] += 1
         c["resolved"] += int(bool(r.resolved))
     return {"records": source, "per_agent": dict(sorted(per.items()))}

@@ -337,14 +337,15 @@ def run_experiment(
         )
         table = ablation_table(result)
         stem = "ablations"
-        from training.plots import plot_ablations
-
-        plot_ablations(result, out / "experiments" / "ablations.png")
     else:
         raise ValueError(f"unknown experiment {name!r} (transfer, ablate)")
     result["seconds"] = round(time.perf_counter() - t, 1)
     result["config"] = cfg.model_dump(mode="json")
     write_result(out, stem, result, table)
+    if name == "ablate":  # after the JSON and table are safe on disk
+        from training.plots import plot_ablations
+
+        plot_ablations(result, out / "experiments" / "ablations.png")
     print(table)  # noqa: T201 - the CLI's output
     print(f"wrote {out / 'experiments' / stem}.json and .md ({result['seconds']} s)")  # noqa: T201
     return result

@@ -176,7 +176,7 @@ def plot_ablations(result: Mapping[str, Any], path: Path) -> None:
     ax1.barh(y, auc, xerr=err, color=colors, capsize=3)
     for yi, v, a, e in zip(y, names, auc, err, strict=True):
         d = result["variants"][v].get("vs_reference") or {}
-        if d.get("delta") is not None:  # the paired comparison: what decides whether it helps
+        if d.get("delta") is not None and d.get("lo") is not None:  # the paired comparison
             ax1.text(a + e + 0.005, yi, f"{d['delta']:+.3f}\n[{d['lo']:+.3f}, {d['hi']:+.3f}]",
                      fontsize=7, va="center")  # fmt: skip
     ax1.axvline(0.5, color="grey", lw=0.8, ls=":")
@@ -189,8 +189,9 @@ def plot_ablations(result: Mapping[str, Any], path: Path) -> None:
     saved, labels = [], []
     for v in names:
         m = (result["variants"][v].get("ledger") or {}).get("0.05")
-        saved.append(100 * m["token_savings"] if m else math.nan)
-        labels.append(f"FPR {100 * m['realized_fpr']:.1f}%" if m else "no thresholds")
+        ok = m and m.get("token_savings") is not None and m.get("realized_fpr") is not None
+        saved.append(100 * m["token_savings"] if ok else math.nan)
+        labels.append(f"FPR {100 * m['realized_fpr']:.1f}%" if ok else "no thresholds")
     ax2.barh(y, [0 if math.isnan(x) else x for x in saved], color=colors)
     for yi, x, lab in zip(y, saved, labels, strict=True):
         ax2.text((0 if math.isnan(x) else x) + 0.5, yi, lab, va="center", fontsize=8)

@@ -86,15 +86,16 @@ def paired_auroc_delta(
     confidence: float = 0.95,
 ) -> dict[str, float | int | None]:
     """Mean per-agent overall AUROC of `variant` minus `reference` on the same runs, with a
-    paired bootstrap interval (runs resampled within each agent, the same draw for both).
+    paired bootstrap interval (runs resampled within each agent and label, the same draw for
+    both).
 
     Far tighter than comparing two independent standard errors: both variants score the same
     runs, so most of the sampling noise cancels. Runs missing from either side are dropped.
     """
-    ref = {r.run_id: r for r in reference if r.n_steps and scorer in r.scores}
-    var = {r.run_id: r for r in variant if r.n_steps and scorer in r.scores}
+    ref = {(r.source, r.run_id): r for r in reference if r.n_steps and scorer in r.scores}
+    var = {(r.source, r.run_id): r for r in variant if r.n_steps and scorer in r.scores}
     ids = sorted(ref.keys() & var.keys())
-    by_agent: dict[str, list[str]] = {}
+    by_agent: dict[str, list[tuple[str, str]]] = {}
     for i in ids:
         by_agent.setdefault(ref[i].agent, []).append(i)
     groups = []
@@ -122,10 +123,12 @@ def paired_auroc_delta(
         return float(np.mean(d))
 
     point = delta([np.arange(len(a)) for a, _ in groups])
+    # resampled within (agent, label): every draw keeps both classes of every agent
+    strata = [[np.flatnonzero([y == lab for _, y in a]) for lab in (0.0, 1.0)] for a, _ in groups]
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(n_boot):
-        d = delta([rng.integers(0, len(a), len(a)) for a, _ in groups])
+        d = delta([np.concatenate([rng.choice(ix, len(ix)) for ix in st]) for st in strata])
         if d is not None:
             boots.append(d)
     q = (1 - confidence) / 2

@@ -116,6 +116,12 @@ def run_pipeline(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tc, mc = cfg.train, cfg.model
+    if cfg.thresholds.calibration == "val+train-oof" and mc.head != "probe":
+        # checked before hours of training, not after
+        raise ValueError(
+            "thresholds.calibration=val+train-oof needs model.head=probe (a fine-tuned backbone "
+            "has seen every training run)"
+        )
     _seed(tc.seed, tc.threads)
     # Under torchrun / accelerate launch only the main process (RANK 0) writes OUT/.
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -136,6 +142,10 @@ def run_pipeline(
     train_runs = stratified_subsample(
         split_runs["train"], cfg.data.train_max_runs or 0, seed=cfg.data.subsample_seed
     )
+    if cfg.thresholds.calibration == "val+train-oof" and tc.bundle:
+        from training.crossfit import instance_folds
+
+        instance_folds(train_runs, cfg.thresholds.crossfit_folds)  # too few instances: fail now
     summary = _summary(runs, lab, split_runs, train_runs)
     times["split"] = time.perf_counter() - t
     use = {"train": train_runs, "val": split_runs["val"], "test": split_runs["test"]}
@@ -361,11 +371,6 @@ def _train_oof_records(
     """The training runs as calibration records, scored out of fold (training.crossfit)."""
     from training.crossfit import out_of_fold_scores
 
-    if cfg.model.head != "probe":
-        raise ValueError(
-            "thresholds.calibration=val+train-oof needs model.head=probe (a fine-tuned backbone "
-            "has seen every training run)"
-        )
     scores = out_of_fold_scores(
         model,
         runs,
@@ -447,7 +452,9 @@ def _after(cfg: PipelineConfig, out: Path, model_dir: Path, val: list[RunRecord]
     from training.crossfit import calibration_summary
 
     th = picker.fit(val).thresholds_
-    th["calibration"] = calibration_summary(val, cfg.thresholds.calibration)
+    th["calibration"] = calibration_summary(
+        val, cfg.thresholds.calibration, group_by=cfg.thresholds.group_by
+    )
     (out / "thresholds.json").write_text(json.dumps(th, indent=1) + "\n")
     try:
         from training.export import write_bundle

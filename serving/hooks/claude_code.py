@@ -125,7 +125,10 @@ def decide_remote(event: dict[str, Any], url: str, *, timeout: float = 5.0) -> D
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        # No proxy from the environment: the transcript goes to the monitor service named by
+        # --url and nowhere else (an http_proxy would otherwise receive loopback requests too).
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=timeout) as response:
             raw = response.read()
     except urllib.error.HTTPError as e:
         detail = e.read()[:300].decode(errors="replace")
