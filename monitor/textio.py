@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 import warnings
 from pathlib import Path
@@ -102,3 +103,15 @@ def load_jsonl(path: str | Path) -> list[Any]:
 def strip_gz(name: str) -> str:
     """`x.traj.gz` -> `x.traj`."""
     return name[:-3] if name.endswith(".gz") else name
+
+
+def json_safe(x: Any) -> Any:
+    """A copy that strict JSON can hold: non-finite floats -> None (an infinite threshold means
+    "no stop"), tuples -> lists; what a round trip through the HTTP service gives."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    return x

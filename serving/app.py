@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import math
 import threading
 import time
 import uuid
@@ -33,6 +32,7 @@ from monitor.config import StrictModel
 from monitor.errors import TranscriptError
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor
+from monitor.textio import json_safe
 from monitor.types import Step, Trajectory
 from serving.metrics import Counter, Histogram, gauge
 from serving.runs import score_transcript
@@ -115,17 +115,6 @@ class _Live:
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
         self.steps = 0
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe copy: non-finite floats -> None (an infinite threshold means 'no stop')."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -273,7 +262,7 @@ def create_app(
             traj.submission = req.submission
         with slots:
             result = score_transcript(scorer, traj, monitor=monitor)
-        return _clean(result.to_dict(all_decisions=req.all_decisions))
+        return json_safe(result.to_dict(all_decisions=req.all_decisions))
 
     @app.post("/v1/sessions", status_code=201)
     def open_session(req: SessionRequest) -> Any:
@@ -301,7 +290,7 @@ def create_app(
         finally:
             with sessions_lock:
                 opening[0] -= 1
-        return _clean(
+        return json_safe(
             {
                 "session_id": sid,
                 "threshold": score_session.threshold,
@@ -322,7 +311,7 @@ def create_app(
             with slots:
                 decision = live.session.observe(step.to_step(live.steps))
             live.steps += 1
-        return _clean(decision.to_dict())
+        return json_safe(decision.to_dict())
 
     @app.post("/v1/sessions/{sid}/check")
     def check(sid: str) -> Any:
@@ -331,7 +320,7 @@ def create_app(
         if isinstance(live, JSONResponse):
             return live
         with live.lock:
-            return _clean(live.session.check().to_dict())
+            return json_safe(live.session.check().to_dict())
 
     @app.delete("/v1/sessions/{sid}", status_code=204)
     def close(sid: str) -> Response:

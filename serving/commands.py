@@ -159,6 +159,7 @@ def _watch(args: argparse.Namespace) -> int:
     import time
 
     from monitor.errors import TranscriptError
+    from monitor.textio import json_safe
     from serving.transcripts import read_transcript
 
     try:  # exit 2, never 1: a broken monitor must not read as a predicted failure
@@ -184,21 +185,9 @@ def _watch(args: argparse.Namespace) -> int:
                 decision = session.observe(step)
                 seen += 1
                 last_growth = time.monotonic()
-                print(json.dumps(_jsonable(decision.to_dict())), flush=True)
+                print(json.dumps(json_safe(decision.to_dict())), flush=True)
                 if decision.stop:
                     return 1
         if args.once or time.monotonic() - last_growth > args.idle:
             return 0
         time.sleep(args.interval)
-
-
-def _jsonable(x):  # type: ignore[no-untyped-def]
-    import math
-
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    return x

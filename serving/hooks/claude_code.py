@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from monitor.textio import json_safe
 from monitor.types import Decision, Flag, RestartPacket
 from serving.hooks.minisweagent import write_restart
 
@@ -159,17 +159,6 @@ def decision_from_dict(d: dict[str, Any]) -> Decision:
     )
 
 
-def _json_safe(x: Any) -> Any:
-    """Non-finite floats -> None, tuples -> lists (what a JSON round trip through the service gives)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_json_safe(v) for v in x]
-    return x
-
-
 def run_hook(
     event: dict[str, Any],
     scorer: Any = None,
@@ -191,7 +180,7 @@ def run_hook(
         if url:
             decision = decide_remote(event, url, timeout=timeout)
         else:
-            decision = decision_from_dict(_json_safe(decide(event, scorer).to_dict()))
+            decision = decision_from_dict(json_safe(decide(event, scorer).to_dict()))
     except ServiceError as e:
         log.error("failfast hook: monitor_error: %s; letting the session continue", e)
         return {}
