@@ -97,47 +97,18 @@ def _lora_model(
     cfg: PipelineConfig, train_runs: list[Any], train_enc: Encoded, pair: tuple[float, float]
 ) -> tuple[Any, dict[str, Any]]:
     """LoRA on `train_runs`: probe warm start on cached features, fine-tune, merge."""
-    from training.data import prefix_examples, run_weights, window_examples
-    from training.heads import add_lora, finetune, merge_lora
+    from training.data import probe_examples, window_examples
+    from training.heads import tune_backbone
 
     tc = cfg.train
     model = build_model(cfg)
     fit_head(cfg, model, train_runs, train_enc, grid=[pair])
-    ex = prefix_examples(
-        train_runs,
-        min_steps=cfg.policy.min_steps,
-        every=cfg.policy.every,
-        weights=run_weights(train_runs, balance=tc.balance),
-        max_per_run=tc.max_prefixes_per_run,
-    )
+    ex = probe_examples(cfg, train_runs)
     ex_w = window_examples(train_enc.featuriser, train_runs, train_enc.signals, ex)
-    add_lora(
-        model,
-        r=tc.lora_r,
-        alpha=tc.lora_alpha,
-        dropout=tc.lora_dropout,
-        top_layers=tc.lora_top_layers,
-        target_modules=tc.lora_targets,
-    )
-    model.train()
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        losses = finetune(
-            model,
-            ex_w,
-            out_dir=tmp,
-            epochs=tc.epochs,
-            max_steps=tc.max_steps,
-            lr=tc.lr,
-            batch_size=tc.batch_size,
-            grad_accum=tc.grad_accum,
-            weight_decay=tc.weight_decay,
-            warmup_steps=tc.warmup_steps,
-            seed=tc.seed,
-            progress=tc.progress,
-        )
+        losses = tune_backbone(model, ex_w, tc, head="lora", out_dir=tmp)
     train_s = time.perf_counter() - t
-    merge_lora(model)
     info = {
         "windows": len(ex_w),
         "losses": losses,

@@ -20,6 +20,7 @@ import numpy as np
 
 from monitor.featurise import Featuriser
 from monitor.types import Trajectory
+from training.config import PipelineConfig
 
 BALANCE_MODES = ("agent_class", "class", "none")
 
@@ -107,6 +108,18 @@ class PrefixSet:
 
     def __len__(self) -> int:
         return int(len(self.run))
+
+
+def probe_examples(cfg: PipelineConfig, runs: Sequence[Trajectory]) -> PrefixSet:
+    """The probe's training prefixes of `runs` under a pipeline config: its check schedule,
+    its run weighting (train.balance) and its per-run cap (train.max_prefixes_per_run)."""
+    return prefix_examples(
+        runs,
+        min_steps=cfg.policy.min_steps,
+        every=cfg.policy.every,
+        weights=run_weights(runs, balance=cfg.train.balance),
+        max_per_run=cfg.train.max_prefixes_per_run,
+    )
 
 
 def prefix_examples(

@@ -201,18 +201,12 @@ def fit_head(
     Returns:
         {"C", "hidden_scale", "criterion" (None without validation), "examples"}.
     """
-    from training.data import prefix_examples, run_weights
+    from training.data import probe_examples
     from training.heads import select_probe
     from training.prefix_metrics import auroc_report
 
     tc = cfg.train
-    ex = prefix_examples(
-        train_runs,
-        min_steps=cfg.policy.min_steps,
-        every=cfg.policy.every,
-        weights=run_weights(train_runs, balance=tc.balance),
-        max_per_run=tc.max_prefixes_per_run,
-    )
+    ex = probe_examples(cfg, train_runs)
     rows = [_inputs(train, use_hidden, use_signals, int(i)) for i in range(len(train_runs))]
     x_h = np.stack([rows[i][0][k - 1] for i, k in zip(ex.run, ex.step, strict=True)])
     x_s = np.stack([rows[i][1][k - 1] for i, k in zip(ex.run, ex.step, strict=True)])

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from training.config import TrainConfig
 from training.model import PrefixClassifier
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,48 @@ def merge_lora(model: PrefixClassifier) -> None:
     """Fold LoRA adapters into the backbone weights (in place) so it saves as a plain HF folder."""
     if hasattr(model.backbone, "merge_and_unload"):
         model.backbone = model.backbone.merge_and_unload()
+
+
+def tune_backbone(
+    model: PrefixClassifier,
+    windows: list[dict[str, Any]],
+    tc: TrainConfig,
+    *,
+    head: str,
+    out_dir: str | Path,
+) -> list[float]:
+    """Fine-tune `model` with every train.* setting of `tc`: LoRA adapters on the top layers
+    (head "lora", merged back afterwards) or all weights (head "full"). Returns the logged
+    losses; the model is left in training mode, in the dtype it was tuned in."""
+    if head == "lora":
+        add_lora(
+            model,
+            r=tc.lora_r,
+            alpha=tc.lora_alpha,
+            dropout=tc.lora_dropout,
+            top_layers=tc.lora_top_layers,
+            target_modules=tc.lora_targets,
+        )
+    model.train()
+    losses = finetune(
+        model,
+        windows,
+        out_dir=out_dir,
+        epochs=tc.epochs,
+        max_steps=tc.max_steps,
+        lr=tc.lr,
+        batch_size=tc.batch_size,
+        grad_accum=tc.grad_accum,
+        weight_decay=tc.weight_decay,
+        warmup_steps=tc.warmup_steps,
+        seed=tc.seed,
+        bf16=tc.bf16,
+        gradient_checkpointing=tc.gradient_checkpointing,
+        save_steps=tc.save_steps,
+        progress=tc.progress,
+    )
+    merge_lora(model)
+    return losses
 
 
 def finetune(

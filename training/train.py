@@ -33,6 +33,7 @@ from training.data import (
     labelled_runs,
     load_runs,
     prefix_examples,
+    probe_examples,
     run_weights,
     stratified_subsample,
     window_examples,
@@ -44,7 +45,7 @@ from training.features import (
     feature_key,
     shard_features,
 )
-from training.heads import add_lora, finetune, head_scores, merge_lora, select_probe
+from training.heads import head_scores, select_probe, tune_backbone
 from training.model import PrefixClassifier, build_classifier, save_classifier
 from training.prefix_metrics import auroc_report
 from training.records import RunRecord, records_from_runs, save_records
@@ -203,12 +204,7 @@ def run_pipeline(
     # -- probe (C picked on validation by mean per-agent AUROC)
     t = time.perf_counter()
     sched = {"min_steps": cfg.policy.min_steps, "every": cfg.policy.every}
-    ex = prefix_examples(
-        train_runs,
-        **sched,
-        weights=run_weights(train_runs, balance=tc.balance),
-        max_per_run=tc.max_prefixes_per_run,
-    )
+    ex = probe_examples(cfg, train_runs)
     x_h = _rows([f.hidden for f in feats["train"]], ex.run, ex.step)
     x_s = _rows(sig["train"], ex.run, ex.step)
     agents = [train_runs[i].agent for i in ex.run]
@@ -222,34 +218,7 @@ def run_pipeline(
     if mc.head != "probe":
         t = time.perf_counter()
         ex_w = window_examples(featuriser, train_runs, sig["train"], ex)
-        if mc.head == "lora":
-            add_lora(
-                model,
-                r=tc.lora_r,
-                alpha=tc.lora_alpha,
-                dropout=tc.lora_dropout,
-                top_layers=tc.lora_top_layers,
-                target_modules=tc.lora_targets,
-            )
-        model.train()
-        losses = finetune(
-            model,
-            ex_w,
-            out_dir=out / "checkpoints",
-            epochs=tc.epochs,
-            max_steps=tc.max_steps,
-            lr=tc.lr,
-            batch_size=tc.batch_size,
-            grad_accum=tc.grad_accum,
-            weight_decay=tc.weight_decay,
-            warmup_steps=tc.warmup_steps,
-            seed=tc.seed,
-            bf16=tc.bf16,
-            gradient_checkpointing=tc.gradient_checkpointing,
-            save_steps=tc.save_steps,
-            progress=tc.progress,
-        )
-        merge_lora(model)
+        losses = tune_backbone(model, ex_w, tc, head=mc.head, out_dir=out / "checkpoints")
         model = model.float().cpu().eval()
         for n in EVAL_SPLITS:  # features changed: one more pass, not cached
             feats[n] = extract_features(
@@ -352,7 +321,9 @@ def run_pipeline(
         calib = records["val"]
         if cfg.thresholds.calibration == "val+train-oof":
             t = time.perf_counter()
-            calib = calib + _train_oof_records(cfg, model, probe, use["train"], feats, sig, ex)
+            calib = calib + _train_oof_records(
+                cfg, model, probe, use["train"], feats["train"], sig["train"], ex, x_h, x_s
+            )
             save_records(out / "records" / "train_oof.parquet", calib[len(records["val"]) :])
             log.info("cross-fitted training scores in %.1f s", time.perf_counter() - t)
         _after(cfg, out, model_dir, calib)
@@ -364,21 +335,24 @@ def _train_oof_records(
     model: PrefixClassifier,
     probe: Any,
     runs: list[Trajectory],
-    feats: dict[str, Any],
-    sig: dict[str, list[np.ndarray]],
+    feats: list[Any],
+    sig: list[np.ndarray],
     ex: Any,
+    x_h: np.ndarray,
+    x_s: np.ndarray,
 ) -> list[RunRecord]:
-    """The training runs as calibration records, scored out of fold (training.crossfit)."""
+    """The training runs as calibration records, scored out of fold (training.crossfit), from
+    the probe's own training rows `x_h` / `x_s` of examples `ex`."""
     from training.crossfit import out_of_fold_scores
 
     scores = out_of_fold_scores(
         model,
         runs,
-        [f.hidden for f in feats["train"]],
-        sig["train"],
+        [f.hidden for f in feats],
+        sig,
         ex.run,
-        _rows([f.hidden for f in feats["train"]], ex.run, ex.step),
-        _rows(sig["train"], ex.run, ex.step),
+        x_h,
+        x_s,
         ex.label,
         ex.weight,
         C=probe.C,
@@ -387,7 +361,7 @@ def _train_oof_records(
         folds=cfg.thresholds.crossfit_folds,
         seed=cfg.train.seed,
     )
-    return _records(runs, {"monitor": scores}, [f.encoded_tokens for f in feats["train"]])
+    return _records(runs, {"monitor": scores}, [f.encoded_tokens for f in feats])
 
 
 def _select_probe(
