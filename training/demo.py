@@ -67,9 +67,7 @@ def evaluate_train_dir(
     Returns:
         target name (`fpr05`, ...) -> the evaluate() report.
     """
-    from monitor.halts import fit_budget
-    from monitor.signals import signal_matrix
-    from training.eval_report import evaluate, markdown_table
+    from training.eval_report import evaluate, markdown_table, rule_inputs
     from training.evaluation import EvalConfig
     from training.records import load_records
 
@@ -83,15 +81,8 @@ def evaluate_train_dir(
     calibration = load_records(val_path) if val_path.is_file() else None
     signals, budgets = None, None
     if runs:
-        ids = {r.run_id for r in records}
-        test_inst = {r.instance_id for r in records}
         labelled = [t for t in runs if t.resolved is not None and t.steps]
-        signals = {t.id: signal_matrix(t) for t in labelled if t.id in ids}
-        fit_on: dict[str, list[Any]] = {}
-        for t in labelled:
-            if t.instance_id not in test_inst:
-                fit_on.setdefault(t.agent, []).append(t)
-        budgets = {a: fit_budget(ts)[0] for a, ts in fit_on.items()}
+        signals, budgets = rule_inputs(labelled, records)
     results: dict[str, dict[str, Any]] = {}
     for target in targets:
         cfg = EvalConfig(**{**dict(eval_overrides or {}), "target_fpr": target})

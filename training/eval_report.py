@@ -41,6 +41,25 @@ METRIC_KEYS = (
 )
 
 
+def rule_inputs(
+    runs: Sequence[Any], records: Sequence[RunRecord]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """What the rule baselines of `evaluate` need from the transcripts: the signal matrix of each
+    evaluated run, and per agent a p95 Budget fitted on the runs of instances NOT evaluated
+    (never on the evaluated runs themselves)."""
+    from monitor.halts import fit_budget
+    from monitor.signals import signal_matrix
+
+    ids = {r.run_id for r in records}
+    insts = {r.instance_id for r in records}
+    signals = {t.id: signal_matrix(t) for t in runs if t.id in ids}
+    fit_on: dict[str, list[Any]] = {}
+    for t in runs:
+        if t.instance_id not in insts:
+            fit_on.setdefault(t.agent, []).append(t)
+    return signals, {a: fit_budget(ts)[0] for a, ts in fit_on.items()}
+
+
 def evaluate(
     records: Sequence[RunRecord],
     thresholds: Mapping[str, Any],

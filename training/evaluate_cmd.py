@@ -115,7 +115,7 @@ def _score_runs(bundle: str, runs: list[Any]) -> list[RunRecord]:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Handler of `failfast evaluate`."""
-    from training.eval_report import evaluate, markdown_table
+    from training.eval_report import evaluate, markdown_table, rule_inputs
 
     cfg = load_config(EvalConfig, None, [f"target_fpr={args.target_fpr}", *args.override])
     train_dir = _train_dir(args)
@@ -135,19 +135,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         )
     val_path = train_dir / "records" / "val.parquet" if train_dir else None
     calibration = load_records(val_path) if val_path and val_path.is_file() else None
-    signals, budgets = None, None
-    if runs:
-        from monitor.halts import fit_budget
-        from monitor.signals import signal_matrix
-
-        ids = {r.run_id for r in records}
-        insts = {r.instance_id for r in records}
-        signals = {t.id: signal_matrix(t) for t in runs if t.id in ids}
-        fit_on: dict[str, list[Any]] = {}
-        for t in runs:
-            if t.instance_id not in insts:
-                fit_on.setdefault(t.agent, []).append(t)
-        budgets = {a: fit_budget(ts)[0] for a, ts in fit_on.items()}
+    signals, budgets = rule_inputs(runs, records) if runs else (None, None)
     result = evaluate(
         records, thresholds, config=cfg, calibration=calibration, signals=signals, budgets=budgets
     )
