@@ -1,8 +1,15 @@
-"""Helpers of the serving tests: a tiny bundle exported from the tiny model fixture, and runs."""
+"""Helpers of the serving tests: a tiny bundle exported from the tiny model fixture, runs, a
+real `failfast serve` process, and Claude Code hook events."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from monitor.types import Step, Trajectory
@@ -134,3 +141,49 @@ def shared_bundle(tiny_model_dir: Path, tmp_path_factory, *, pooling: str = "las
             pooling=pooling,
         )
     return _SHARED[key]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(bundle: Path, log: Path, *extra: str) -> Iterator[str]:
+    """Start `failfast serve --bundle BUNDLE --threads 1 EXTRA...` on a free port, wait for
+    /healthz, yield its URL, stop it (a module fixture does `yield from serve(...)`)."""
+    import pytest
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "training.cli", "serve", "--bundle", str(bundle)]
+    cmd += ["--port", str(port), "--threads", "1", *extra]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def claude_event(path: Path | str, name: str = "PreToolUse") -> dict:
+    """A Claude Code hook event for the transcript at `path`."""
+    return {
+        "session_id": "s1",
+        "transcript_path": str(path),
+        "cwd": "/repo",
+        "hook_event_name": name,
+        "tool_name": "Bash",
+        "tool_input": {"command": "pytest"},
+    }

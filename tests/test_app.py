@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
-from bundle_helpers import make_run, shared_bundle
+from bundle_helpers import make_run, serve, shared_bundle
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,43 +20,9 @@ def bundle(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(bundle, tmp_path_factory):
-    port = free_port()
     log = tmp_path_factory.mktemp("log") / "server.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.cli",
-        "serve",
-        "--bundle",
-        str(bundle),
-        "--port",
-        str(port),
-        "--threads",
-        "1",
-        "--max-body-bytes",
-        "200000",
-        "--max-steps",
-        "12",
-        "--idle-seconds",
-        "3",
-    ]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    limits = ["--max-body-bytes", "200000", "--max-steps", "12", "--idle-seconds", "3"]
+    yield from serve(bundle, log, *limits)
 
 
 def step_json(step) -> dict:

@@ -12,31 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
-from bundle_helpers import shared_bundle
+from bundle_helpers import claude_event, free_port, serve, shared_bundle
 
 pytest.importorskip("torch")
 
 FIXTURES = ("claude_code_constructed_loop.jsonl", "claude_code_constructed_session.jsonl")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _event(path, name="PreToolUse"):
-    return {
-        "session_id": "s1",
-        "transcript_path": str(path),
-        "cwd": "/repo",
-        "hook_event_name": name,
-        "tool_name": "Bash",
-        "tool_input": {"command": "pytest"},
-    }
 
 
 def _cli(*args: str) -> list[str]:
@@ -48,34 +30,9 @@ def bundle(tiny_model_dir, tmp_path_factory):
     return shared_bundle(tiny_model_dir, tmp_path_factory)
 
 
-def _serve(bundle, log):
-    """Start `failfast serve` on a free port; yield its URL; stop it."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "training.cli", "serve", "--bundle", str(bundle)]
-    cmd += ["--port", str(port), "--threads", "1"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def server(bundle, tmp_path_factory):
-    yield from _serve(bundle, tmp_path_factory.mktemp("log") / "server.log")
+    yield from serve(bundle, tmp_path_factory.mktemp("log") / "server.log")
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +45,7 @@ def halts_only(bundle, tmp_path_factory):
     manifest = json.loads((copy / "monitor.json").read_text())
     manifest["thresholds"]["pooled"]["stop"] = {"0.05": {"refused": "test: halts only"}}
     (copy / "monitor.json").write_text(json.dumps(manifest))
-    for url in _serve(copy, root / "server.log"):
+    for url in serve(copy, root / "server.log"):
         yield copy, url
 
 
@@ -114,8 +71,8 @@ def test_url_decisions_equal_bundle_decisions_on_every_prefix(
             for kind in ("PreToolUse", "PostToolUse"):
                 a = _prefix(src, tmp_path / f"a-{k}-{kind}.jsonl", k)
                 b = _prefix(src, tmp_path / f"b-{k}-{kind}.jsonl", k)
-                by_bundle = run_hook(_event(a, kind), scorer)
-                by_url = run_hook(_event(b, kind), url=server)
+                by_bundle = run_hook(claude_event(a, kind), scorer)
+                by_url = run_hook(claude_event(b, kind), url=server)
                 assert by_url == by_bundle, (name, k, kind)
                 assert restart_path(a).exists() == restart_path(b).exists()
                 if restart_path(a).exists():
@@ -143,7 +100,7 @@ def test_cli_url_equals_bundle_on_a_loop(halts_only, fixtures_dir, tmp_path):
         shutil.copyfile(fixtures_dir / "claude_code_constructed_loop.jsonl", path)
         p = subprocess.run(
             _cli(*src_args),
-            input=json.dumps(_event(path)),
+            input=json.dumps(claude_event(path)),
             capture_output=True,
             text=True,
             timeout=120,
@@ -169,7 +126,7 @@ def test_cli_dead_or_silent_service_exits_0_without_output(fixtures_dir):
     path = fixtures_dir / "claude_code_constructed_loop.jsonl"
     dead = f"http://127.0.0.1:{free_port()}"
     p = subprocess.run(
-        _cli("--url", dead), input=json.dumps(_event(path)), capture_output=True, text=True
+        _cli("--url", dead), input=json.dumps(claude_event(path)), capture_output=True, text=True
     )
     assert (p.returncode, p.stdout) == (0, "")
     assert "monitor_error" in p.stderr
@@ -182,7 +139,7 @@ def test_cli_dead_or_silent_service_exits_0_without_output(fixtures_dir):
         t0 = time.monotonic()
         p = subprocess.run(
             _cli("--url", url, "--timeout", "0.5"),
-            input=json.dumps(_event(path)),
+            input=json.dumps(claude_event(path)),
             capture_output=True,
             text=True,
             timeout=60,
@@ -232,13 +189,13 @@ def test_bad_answers_give_no_output_and_name_the_cause(fixtures_dir, tmp_path, c
         with caplog.at_level(logging.ERROR):
             for cause in ('HTTP 500: {"error": "boom"}', "no usable decision", "not a decision"):
                 caplog.clear()
-                assert run_hook(_event(path), url=url) == {}
+                assert run_hook(claude_event(path), url=url) == {}
                 assert "monitor_error" in caplog.text
                 assert cause in caplog.text
-            assert run_hook(_event(path), url=url) == {}  # no "decision" key
+            assert run_hook(claude_event(path), url=url) == {}  # no "decision" key
             assert not restart_path(path).exists()
             # a well-formed stop from the service is obeyed and the packet written
-            out = run_hook(_event(path), url=url)
+            out = run_hook(claude_event(path), url=url)
     finally:
         httpd.shutdown()
     assert out["continue"] is False
@@ -265,7 +222,7 @@ def test_url_ignores_proxy_settings(fixtures_dir, tmp_path, monkeypatch):
     httpd = http.server.HTTPServer(("127.0.0.1", 0), _Canned)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        out = run_hook(_event(path), url=f"http://127.0.0.1:{httpd.server_address[1]}")
+        out = run_hook(claude_event(path), url=f"http://127.0.0.1:{httpd.server_address[1]}")
     finally:
         httpd.shutdown()
     assert out["continue"] is False

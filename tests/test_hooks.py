@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from bundle_helpers import claude_event
 
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
@@ -108,23 +109,12 @@ def test_minisweagent_submits_when_scores_stay_low(tmp_path):
 # ---------------------------------------------------------------- Claude Code
 
 
-def _event(path, name="PreToolUse"):
-    return {
-        "session_id": "s1",
-        "transcript_path": str(path),
-        "cwd": "/repo",
-        "hook_event_name": name,
-        "tool_name": "Bash",
-        "tool_input": {"command": "pytest"},
-    }
-
-
 def test_claude_code_stop_by_score(fixtures_dir, tmp_path):
     from serving.hooks.claude_code import restart_path, run_hook
 
     path = tmp_path / "session.jsonl"
     shutil.copyfile(fixtures_dir / "claude_code_constructed_session.jsonl", path)
-    out = run_hook(_event(path), ScriptedRunScorer([0.1, 0.2, 0.95], threshold=0.9))
+    out = run_hook(claude_event(path), ScriptedRunScorer([0.1, 0.2, 0.95], threshold=0.9))
     assert out["continue"] is False
     assert "predicted_failure" in out["stopReason"]
     assert "after 3 steps" in out["stopReason"]
@@ -140,14 +130,17 @@ def test_claude_code_warn_continue_and_failures(fixtures_dir, tmp_path):
 
     path = fixtures_dir / "claude_code_constructed_session.jsonl"
     warn = run_hook(
-        _event(path, "PostToolUse"),
+        claude_event(path, "PostToolUse"),
         ScriptedRunScorer([0.1, 0.6], threshold=0.9, warn_threshold=0.5),
     )
     assert set(warn) == {"systemMessage"}
     assert "warning" in warn["systemMessage"]
-    assert run_hook(_event(path), ScriptedRunScorer([0.1], threshold=0.9, warn_threshold=0.5)) == {}
+    assert (
+        run_hook(claude_event(path), ScriptedRunScorer([0.1], threshold=0.9, warn_threshold=0.5))
+        == {}
+    )
     # a missing transcript or a failing scorer never blocks the session
-    assert run_hook(_event(tmp_path / "missing.jsonl"), ScriptedRunScorer([0.99])) == {}
+    assert run_hook(claude_event(tmp_path / "missing.jsonl"), ScriptedRunScorer([0.99])) == {}
     assert run_hook({"hook_event_name": "Stop"}, ScriptedRunScorer([0.99])) == {}
 
 
@@ -168,7 +161,7 @@ def test_claude_code_cli_with_bundle(tiny_model_dir, tmp_path_factory, fixtures_
     shutil.copyfile(fixtures_dir / "claude_code_constructed_loop.jsonl", path)
     cmd = [sys.executable, "-m", "training.cli", "hook", "claude-code", "--bundle", str(bundle)]
     p = subprocess.run(
-        cmd, input=json.dumps(_event(path)), capture_output=True, text=True, timeout=120
+        cmd, input=json.dumps(claude_event(path)), capture_output=True, text=True, timeout=120
     )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
