@@ -203,8 +203,19 @@ def _cmd_reasons(args: argparse.Namespace) -> int:
 def _register_corpus(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="read runs + label files into a corpus and summary.json")
     p.add_argument("paths", nargs="+", help="files or folders holding runs and label files")
-    p.add_argument("--out", required=True, help="output folder (corpus.parquet, summary.json)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder: a `datasets` Dataset (datasets.load_from_disk(OUT)) + summary.json",
+    )
     p.add_argument("--format", default=None, help="force one reader (default: detect per file)")
+    p.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a label file that labels every run it names, wherever it lies (repeatable)",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 when there is any problem")
     p.set_defaults(func=_cmd_ingest)
 
@@ -223,7 +234,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from monitor.corpus import ingest
 
     t0 = time.perf_counter()
-    summary = ingest(args.paths, args.out, format=args.format)
+    try:
+        summary = ingest(args.paths, args.out, format=args.format, labels=args.labels)
+    except ImportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(summary.table())
     print(f"{summary.runs} runs, {len(summary.problems)} problems, "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip

@@ -1,8 +1,13 @@
-"""The corpus: normalised runs on disk (`DIR/corpus.parquet`) and `DIR/summary.json`.
+"""The corpus: normalised runs on disk as a Hugging Face `datasets` Dataset, and `summary.json`.
 
-`corpus.parquet` holds one row per run: the scalar fields of `Trajectory.to_dict()` as columns,
-`totals` as a struct and `steps` as one JSON string per run (steps carry free-form `args`, which
-do not fit one Arrow schema). `load_corpus` turns it back into Trajectories.
+`failfast ingest ... --out DIR` writes DIR with `Dataset.save_to_disk`, so
+`datasets.load_from_disk(DIR)` gives one row per run: the scalar fields of `Trajectory.to_dict()`
+as columns (id, instance_id, agent, source, run, model, format, path, task, submission,
+exit_status, resolved), `n_steps`, `total_tokens`, `totals` as a struct, and `steps` as a list
+of typed structs (a step's free-form tool `args` is JSON text). No split column: splits are
+drawn by instance at training time (training.data.splits) and written to the run's splits.json.
+`load_corpus` reads the same Arrow files with pyarrow alone and turns them back into
+Trajectories.
 
 `summary.json`: `{"sources": {NAME: {"runs", "instances", "resolved", "unresolved", "unknown",
 "agent", "median_steps", "median_tokens", "problems"}}, "problems": [{"path", "reason"}],
@@ -21,9 +26,9 @@ from typing import Any
 
 from monitor.errors import TranscriptError
 from monitor.reading import Problem, read_runs
-from monitor.types import Trajectory
+from monitor.types import Step, Trajectory
 
-CORPUS_FILE = "corpus.parquet"
+STATE_FILE = "state.json"  # what `save_to_disk` writes beside the Arrow files
 SUMMARY_FILE = "summary.json"
 _SCALARS = (
     "id", "instance_id", "agent", "source", "run", "model", "format", "path", "task",
@@ -131,6 +136,7 @@ def ingest(
     out: str | Path,
     *,
     format: str | None = None,
+    labels: Iterable[str | Path] = (),
     progress: bool = True,
 ) -> Summary:
     """Read every run under `paths`, join labels, write the corpus and summary.json to `out`.
@@ -139,6 +145,7 @@ def ingest(
         paths: files or folders holding runs and label files.
         out: output folder (created).
         format: force one reader (None: detect per file).
+        labels: label files given explicitly (`--labels`), joined wherever their runs lie.
         progress: show a progress bar on stderr (only on a terminal).
 
     Returns:
@@ -150,7 +157,9 @@ def ingest(
     runs: list[Trajectory] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for t in read_runs(paths, format=format, problems=summary.problems, progress=progress):
+        for t in read_runs(
+            paths, format=format, labels=labels, problems=summary.problems, progress=progress
+        ):
             summary.sources.setdefault(t.source, SourceStats()).add(t)
             runs.append(t)
     summary.warnings = sorted({str(w.message) for w in caught})
@@ -159,25 +168,34 @@ def ingest(
             if s.root is not None and Path(p.path).resolve().is_relative_to(s.root.resolve()):
                 s.problems += 1
                 break
-    write_corpus(runs, out / CORPUS_FILE)
+    write_corpus(runs, out)
     (out / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
 
 
-def write_corpus(runs: list[Trajectory], path: str | Path) -> None:
-    """Write runs to a parquet file, one row per run."""
+def _schema() -> Any:
+    """The Arrow schema of a corpus row (one run); steps are typed structs, `args` JSON text."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    cols: dict[str, list[Any]] = {k: [getattr(t, k) for t in runs] for k in _SCALARS}
-    cols["resolved"] = [t.resolved for t in runs]
-    cols["n_steps"] = [len(t.steps) for t in runs]
-    cols["total_tokens"] = [t.total_tokens for t in runs]
-    cols["totals"] = [{k: getattr(t.totals, k) for k in _TOTALS} for t in runs]
-    cols["steps"] = [
-        json.dumps([s.to_dict() for s in t.steps], ensure_ascii=False, default=str) for t in runs
-    ]
-    totals_type = pa.struct(
+    step = pa.struct(
+        [
+            ("index", pa.int64()),
+            ("kind", pa.string()),
+            ("thought", pa.string()),
+            ("tool", pa.string()),
+            ("action", pa.string()),
+            ("args", pa.string()),
+            ("observation", pa.string()),
+            ("is_error", pa.bool_()),
+            ("tokens_in", pa.int64()),
+            ("tokens_out", pa.int64()),
+            ("tokens_estimated", pa.bool_()),
+            ("cost_usd", pa.float64()),
+            ("timestamp", pa.float64()),
+            ("role", pa.string()),
+        ]  # fmt: skip
+    )
+    totals = pa.struct(
         [
             ("tokens_in", pa.int64()),
             ("tokens_out", pa.int64()),
@@ -186,42 +204,89 @@ def write_corpus(runs: list[Trajectory], path: str | Path) -> None:
             ("wall_seconds", pa.float64()),
         ]  # fmt: skip
     )
-    schema = pa.schema(
+    return pa.schema(
         [(k, pa.string()) for k in _SCALARS]
         + [
             ("resolved", pa.bool_()),
             ("n_steps", pa.int64()),
             ("total_tokens", pa.int64()),
-            ("totals", totals_type),
-            ("steps", pa.large_string()),
+            ("totals", totals),
+            ("steps", pa.large_list(step)),
         ]  # fmt: skip
     )
-    table = pa.Table.from_pydict(cols, schema=schema)
-    pq.write_table(table, str(path), compression="zstd")
+
+
+def _step_row(step: Step) -> dict[str, Any]:
+    d = step.to_dict()
+    d["args"] = (
+        None if step.args is None else json.dumps(step.args, ensure_ascii=False, default=str)
+    )
+    return d
+
+
+def runs_table(runs: list[Trajectory]) -> Any:
+    """The runs as one pyarrow Table (one row per run) in the corpus schema."""
+    import pyarrow as pa
+
+    cols: dict[str, list[Any]] = {k: [getattr(t, k) for t in runs] for k in _SCALARS}
+    cols["resolved"] = [t.resolved for t in runs]
+    cols["n_steps"] = [len(t.steps) for t in runs]
+    cols["total_tokens"] = [t.total_tokens for t in runs]
+    cols["totals"] = [{k: getattr(t.totals, k) for k in _TOTALS} for t in runs]
+    cols["steps"] = [[_step_row(s) for s in t.steps] for t in runs]
+    return pa.Table.from_pydict(cols, schema=_schema())
+
+
+def write_corpus(runs: list[Trajectory], out: str | Path) -> None:
+    """Write runs as a Hugging Face `datasets` Dataset (`save_to_disk`) in the folder `out`.
+
+    Raises:
+        ImportError: naming the extra to install when `datasets` is missing.
+    """
+    try:
+        import datasets
+    except ImportError as e:  # an optional extra: say which one
+        raise ImportError(
+            "writing a corpus needs the `datasets` package: pip install 'failfast-monitor[train]'"
+        ) from e
+    datasets.disable_progress_bars()
+    datasets.Dataset(runs_table(runs)).save_to_disk(str(out))
 
 
 def is_corpus(path: str | Path) -> bool:
-    """True when `path` is a folder written by `ingest` (holds corpus.parquet)."""
-    return (Path(path) / CORPUS_FILE).is_file()
+    """True when `path` is a folder written by `ingest` (a saved `datasets` Dataset)."""
+    return (Path(path) / STATE_FILE).is_file()
+
+
+def _read_table(folder: Path) -> Any:
+    """The corpus as one pyarrow Table, read straight from the Arrow files `datasets` wrote."""
+    import pyarrow as pa
+
+    state = json.loads((folder / STATE_FILE).read_text())
+    tables = []
+    for entry in state["_data_files"]:
+        with pa.memory_map(str(folder / entry["filename"])) as source:
+            tables.append(pa.ipc.open_stream(source).read_all())
+    return pa.concat_tables(tables)
 
 
 def load_corpus(path: str | Path) -> list[Trajectory]:
-    """Load the runs of a corpus written by `ingest` (a folder or its corpus.parquet).
+    """Load the runs of a corpus written by `ingest`.
+
+    Reads the Arrow files with pyarrow (no `datasets` import: scoring-only installs can read a
+    corpus); `datasets.load_from_disk(path)` reads the same folder.
 
     Raises:
-        TranscriptError: when the corpus file is missing or unreadable.
+        TranscriptError: when the corpus is missing or unreadable.
     """
-    import pyarrow.parquet as pq
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / CORPUS_FILE
+    folder = Path(path)
     try:
-        rows = pq.read_table(str(p)).to_pylist()
-    except (OSError, ValueError) as e:
-        raise TranscriptError(p, f"cannot read corpus: {e}") from e
+        rows = _read_table(folder).to_pylist()
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TranscriptError(folder, f"cannot read corpus: {e}") from e
     runs = []
     for row in rows:
-        row["steps"] = json.loads(row["steps"])
+        for step in row["steps"]:
+            step["args"] = None if step["args"] is None else json.loads(step["args"])
         runs.append(Trajectory.from_dict(row))
     return runs

@@ -6,9 +6,10 @@ Shapes read (see shared FORMATS.md, "Labels"):
   `{instance_id: {resolved, patch_is_None, patch_exists, ...}}`, or the inner object alone
   (then the instance is the folder's name). Labels runs under the folder
   above `logs/` (or above the instance folder when there is no `logs/`).
-- SWE-bench run report (`<model>.<run_id>.json`, multi-swe-bench `results.json`): `resolved_ids`
-  -> True; `unresolved_ids`, `empty_patch_ids`, and `completed_ids` not resolved -> False;
-  `error_ids`, `incomplete_ids` and ids it does not name -> None (no verdict).
+- SWE-bench run report (`<model>.<run_id>.json`, multi-swe-bench / SWE-bench experiments
+  `results/results.json`): `resolved_ids` (some copies name it `resolved`, a list) -> True;
+  `unresolved_ids`, `empty_patch_ids`, `empty_error_patch_ids` and `completed_ids` not resolved
+  -> False; `error_ids`, `incomplete_ids` and ids it does not name -> None (no verdict).
 - Plain lists (SWE-agent `final_report.json`, AutoCodeRover `report.json`, CodeR `results.json`,
   the last not strict JSON: read leniently, with a warning): `resolved` (a list, or the lists of
   `resolved_per_project`) -> True; the harness-error lists `install_fail`, `reset_failed`,
@@ -17,9 +18,15 @@ Shapes read (see shared FORMATS.md, "Labels"):
   verdict (tests ran past the limit: unresolved).
 - mini-swe-agent `results_summary.json`: `instances[]{instance_id, resolved}`; ids not listed
   -> None.
+- Moatless Tools `result.json` (note the name): plain lists as above.
 
-A label file labels the runs under its folder. When several apply to one run, the one whose
-folder is deepest wins, then: per-instance report, run report, summary, plain lists.
+A label file labels the runs under its folder; one inside a `results/` folder (the SWE-bench
+experiments and Multi-SWE-bench layout, `<submission>/results/results.json` beside
+`<submission>/trajs/`) labels the runs of the submission folder above it. A label file given
+explicitly (`--labels FILE`) labels every run it names, wherever the run lies, and wins over the
+files found beside the runs. When several apply to one run: files that name its instance before
+files that only give a default, then explicit first, then the one whose folder is deepest, then
+per-instance report, run report, summary, plain lists.
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ from monitor.errors import LabelError, TranscriptError
 from monitor.textio import load_json, strip_gz
 
 LABEL_NAMES = frozenset(
-    {"report.json", "final_report.json", "results.json", "results_summary.json"}
+    {"report.json", "final_report.json", "results.json", "result.json", "results_summary.json"}
 )
 """File names (after `.gz`) that hold verdicts; other JSON files are tried when no reader fits."""
 
 _HARNESS_ERRORS = ("install_fail", "reset_failed", "test_errored")
+_UNRESOLVED_IDS = ("completed_ids", "unresolved_ids", "empty_patch_ids", "empty_error_patch_ids")
+_RESULTS_FOLDER = "results"
 _PRIORITY = {"swebench-instance": 0, "swebench-run": 1, "mini-summary": 2, "resolved-lists": 3}
 
 
@@ -54,6 +63,7 @@ class LabelFile:
         default: verdict for runs in scope that it does not name (False for plain lists).
         named: every instance id the file names (to report ids with no run).
         warnings: notes about the file (e.g. read leniently).
+        explicit: given by the user (`--labels`): covers every run and wins over found files.
     """
 
     path: Path
@@ -63,9 +73,12 @@ class LabelFile:
     default: bool | None = None
     named: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+    explicit: bool = False
 
     def covers(self, run_path: Path) -> bool:
         """True when the run at `run_path` (an absolute, resolved path) lies under the scope."""
+        if self.explicit:
+            return True
         return str(run_path).startswith(self._prefix) or run_path == self.scope
 
     @property
@@ -89,23 +102,44 @@ def _scope_of_instance_report(path: Path) -> Path:
     return path.parent.parent
 
 
+def _folder_scope(path: Path) -> Path:
+    """The folder a run-level label file labels: its own, or the submission folder above a
+    `results/` folder."""
+    return path.parent.parent if path.parent.name == _RESULTS_FOLDER else path.parent
+
+
+def _is_run_report(data: dict[str, Any]) -> bool:
+    """A SWE-bench run report: `resolved_ids`, or a `resolved` list beside `*_ids` lists."""
+    if "resolved_ids" in data:
+        return True
+    return isinstance(data.get("resolved"), list) and any(
+        k in data for k in ("unresolved_ids", "completed_ids", "empty_error_patch_ids")
+    )
+
+
+def _run_report(path: Path, data: dict[str, Any]) -> LabelFile:
+    lf = LabelFile(path, "swebench-run", _folder_scope(path))
+    for key in _UNRESOLVED_IDS:
+        lf.verdicts.update(dict.fromkeys(_ids(data.get(key)), False))
+    for key in ("error_ids", "incomplete_ids"):
+        for i in _ids(data.get(key)):
+            lf.verdicts.setdefault(i, None)
+    resolved = _ids(data.get("resolved_ids")) + _ids(data.get("resolved"))
+    lf.verdicts.update(dict.fromkeys(resolved, True))
+    lf.named = {i for k, v in data.items() if k.endswith("_ids") for i in _ids(v)}
+    lf.named |= set(resolved)
+    return lf
+
+
 def parse_label(path: Path, data: Any) -> LabelFile:
     """Classify parsed label JSON and read its verdicts; LabelError when no shape fits."""
     path = Path(path).resolve()
     if not isinstance(data, dict) or not data:
         raise LabelError(path, "not a label file (expected a JSON object with verdicts)")
-    if "resolved_ids" in data:
-        lf = LabelFile(path, "swebench-run", path.parent)
-        for key in ("completed_ids", "unresolved_ids", "empty_patch_ids"):
-            lf.verdicts.update(dict.fromkeys(_ids(data.get(key)), False))
-        for key in ("error_ids", "incomplete_ids"):
-            for i in _ids(data.get(key)):
-                lf.verdicts.setdefault(i, None)
-        lf.verdicts.update(dict.fromkeys(_ids(data["resolved_ids"]), True))
-        lf.named = {i for k, v in data.items() if k.endswith("_ids") for i in _ids(v)}
-        return lf
+    if _is_run_report(data):
+        return _run_report(path, data)
     if isinstance(data.get("instances"), list):
-        lf = LabelFile(path, "mini-summary", path.parent)
+        lf = LabelFile(path, "mini-summary", _folder_scope(path))
         for item in data["instances"]:
             if isinstance(item, dict) and isinstance(item.get("instance_id"), str):
                 r = item.get("resolved")
@@ -126,7 +160,7 @@ def parse_label(path: Path, data: Any) -> LabelFile:
         return lf
     count = data.get("resolved")
     if resolved or (isinstance(count, (list, int)) and not isinstance(count, bool)):
-        lf = LabelFile(path, "resolved-lists", path.parent, default=False)
+        lf = LabelFile(path, "resolved-lists", _folder_scope(path), default=False)
         for key in _HARNESS_ERRORS:
             lf.verdicts.update(dict.fromkeys(_ids(data.get(key)), None))
         lf.verdicts.update(dict.fromkeys(resolved, True))
@@ -147,8 +181,11 @@ def parse_label(path: Path, data: Any) -> LabelFile:
     )
 
 
-def load_label(path: str | Path) -> LabelFile:
-    """Read a label file (plain or gzip); LabelError naming the file when it cannot be used."""
+def load_label(path: str | Path, *, explicit: bool = False) -> LabelFile:
+    """Read a label file (plain or gzip); LabelError naming the file when it cannot be used.
+
+    `explicit=True` (a file the user named with `--labels`) makes it label every run it names.
+    """
     path = Path(path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -160,6 +197,7 @@ def load_label(path: str | Path) -> LabelFile:
             raise LabelError(path, "JSON nested too deeply") from e
     lf = parse_label(path, data)
     lf.warnings = [str(w.message) for w in caught]
+    lf.explicit = explicit
     return lf
 
 
@@ -223,6 +261,7 @@ class LabelIndex:
         applicable.sort(
             key=lambda lf: (
                 instance_id not in lf.verdicts,
+                not lf.explicit,
                 -len(lf.scope.parts),
                 _PRIORITY.get(lf.kind, 9),
             )

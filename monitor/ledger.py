@@ -21,6 +21,29 @@ from monitor.types import Step
 CHARS_PER_TOKEN = 4.0
 """Rough characters per token of English/code text for GPT-style BPE vocabularies."""
 
+PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-2024-05-13": (5.0, 15.0),
+    "gpt-4o": (5.0, 15.0),
+    "gpt-4-0125-preview": (10.0, 30.0),
+    "gpt-4-1106-preview": (10.0, 30.0),
+    "claude-3-5-sonnet-20240620": (3.0, 15.0),
+    "claude-3-5-sonnet-20241022": (3.0, 15.0),
+    "claude-3.5-sonnet": (3.0, 15.0),
+    "claude-3-5-sonnet": (3.0, 15.0),
+}
+"""List prices in USD per million (prompt, completion) tokens, as the providers published them
+when the runs in ../shared/data were made (mid 2024); used to turn a per-call dollar cost into
+tokens where a transcript records nothing else (Moatless 2024-06). "gpt-4o" is the June 2024
+alias of gpt-4o-2024-05-13; OpenRouter's "claude-3.5-sonnet" is Anthropic's model at its price."""
+
+
+def price_of(model: str) -> tuple[float, float] | None:
+    """(prompt, completion) USD per million tokens of `model`, None when unknown.
+
+    A provider prefix ("openai/gpt-4o", "anthropic/claude-...") is ignored.
+    """
+    return PRICES.get(model.rsplit("/", 1)[-1].strip().lower())
+
 
 def scale_to_total(weights: Sequence[float], total: int) -> list[int]:
     """Integers proportional to `weights` that sum exactly to `total` (largest remainder).

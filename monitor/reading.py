@@ -197,32 +197,33 @@ def read_runs(
     paths: Iterable[str | Path],
     *,
     format: str | None = None,
+    labels: Iterable[str | Path] = (),
     problems: list[Problem] | None = None,
     progress: bool = False,
 ) -> Iterator[Trajectory]:
     """Read every run under `paths` and join its label (`resolved`).
 
     Bad files do not stop the walk: each becomes a Problem appended to `problems` (when
-    given), as do duplicate runs (same source, run and id; the first read is kept), label files that name instances
-    with no run under them, and label files that disagree. Problems about labels naming missing
-    runs are appended once the iterator is exhausted.
+    given), as do duplicate runs (same source, run and id; the first read is kept), label files
+    that disagree, and, once the iterator is exhausted, label files that name instances with no
+    run here and runs that no label file covers (one Problem per source).
 
     Args:
         paths: files or folders to search.
         format: force one reader for every file (None: detect per file).
+        labels: label files given explicitly (`--labels`): they label every run they name,
+            wherever it lies (see monitor.labels).
         problems: list that collects Problems.
         progress: show a tqdm progress bar on stderr.
 
     Yields:
-        Trajectories with `resolved` set from the label files found under `paths`; a run whose
-        reader left `source` empty gets its folder's name.
+        Trajectories with `resolved` set from the label files; a run whose reader left
+        `source` empty gets its folder's name.
     """
     problems = problems if problems is not None else []
     found = scan(paths, format)
-    labels = load_labels(found.labels, problems)
-    index = LabelIndex(labels)
+    join = _Joiner(load_labels(found.labels, problems) + load_explicit(labels, problems))
     seen: dict[str, str] = {}
-    matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
     runs: Iterable[Path] = found.runs
     if progress:
         from tqdm import tqdm
@@ -239,32 +240,73 @@ def read_runs(
                 traj.source = (path if path.is_dir() else path.parent).resolve().name
             key = f"{traj.source}|{traj.run}|{traj.id}"
             if key in seen:
-                problems.append(
-                    Problem(
-                        str(path),
-                        f"duplicate run {traj.id} (also read from {seen[key]}); kept the first",
-                    )
-                )
+                reason = f"duplicate run {traj.id} (also read from {seen[key]}); kept the first"
+                problems.append(Problem(str(path), reason))
                 continue
             seen[key] = str(path)
-            run_path = Path(traj.path or path).resolve()
-            for named in index.naming(traj.instance_id):  # label files whose ids have a run
-                if named.covers(run_path):
-                    matched[id(named)].add(traj.instance_id)
-            verdict, lf, other = index.pick(run_path, traj.instance_id)
-            traj.resolved = verdict
-            if lf is not None and other is not None:
+            join.label(traj, path, problems)
+            yield traj
+    join.report(problems)
+
+
+def load_explicit(paths: Iterable[str | Path], problems: list[Problem]) -> list[LabelFile]:
+    """Label files the user named (`--labels`); each one that cannot be used is a Problem."""
+    out = []
+    for p in map(Path, paths):
+        try:
+            out.append(load_label(p, explicit=True))
+        except LabelError as e:
+            problems.append(Problem(e.path, e.reason))
+    return out
+
+
+class _Joiner:
+    """Joins verdicts to runs and remembers what to report once every run was read."""
+
+    def __init__(self, labels: list[LabelFile]) -> None:
+        self.labels = labels
+        self.index = LabelIndex(labels)
+        self.matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
+        self.uncovered: dict[str, list[str]] = {}  # source folder -> runs no label file covers
+
+    def label(self, traj: Trajectory, path: Path, problems: list[Problem]) -> None:
+        """Set `traj.resolved` from the label files; note disagreements as Problems."""
+        run_path = Path(traj.path or path).resolve()
+        for named in self.index.naming(traj.instance_id):  # label files whose ids have a run
+            if named.covers(run_path):
+                self.matched[id(named)].add(traj.instance_id)
+        verdict, lf, other = self.index.pick(run_path, traj.instance_id)
+        traj.resolved = verdict
+        if lf is None and not any(f.covers(run_path) for f in self.labels):
+            root = next((p for p in run_path.parents if p.name == traj.source), run_path.parent)
+            self.uncovered.setdefault(str(root), []).append(traj.id)
+        if lf is not None and other is not None:
+            problems.append(
+                Problem(
+                    str(path),
+                    f"labels disagree: {lf.path} says {verdict}, {other.path} says {other.verdicts[traj.instance_id]}; used {lf.path.name}",
+                )
+            )
+
+    def report(self, problems: list[Problem]) -> None:
+        """Problems for label ids with no run, and for runs no label file covers."""
+        for lf in self.labels:
+            missing = sorted(lf.named - self.matched[id(lf)])
+            if missing:
                 problems.append(
                     Problem(
-                        str(path),
-                        f"labels disagree: {lf.path} says {verdict}, {other.path} says {other.verdicts[traj.instance_id]}; used {lf.path.name}",
+                        str(lf.path),
+                        f"names {len(missing)} instance(s) with no run here: {_shown(missing)}",
                     )
                 )
-            yield traj
-    for lf in labels:
-        missing = sorted(lf.named - matched[id(lf)])
-        if missing:
-            shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        for root, ids in sorted(self.uncovered.items()):
             problems.append(
-                Problem(str(lf.path), f"names {len(missing)} instance(s) with no run here: {shown}")
+                Problem(
+                    root,
+                    f"{len(ids)} run(s) that no label file covers (no verdict): {_shown(sorted(ids))}",
+                )
             )
+
+
+def _shown(ids: list[str]) -> str:
+    return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")

@@ -79,6 +79,15 @@ def test_ingest_small_tree_and_round_trip(small_tree: Path, tmp_path: Path) -> N
     for rid, t in runs.items():
         assert t.to_dict() == original[rid].to_dict()
     assert runs["swe-agent-gpt4/cost_2_2/django__django-11001"].resolved is True
+    # The same folder is a Hugging Face `datasets` Dataset with typed steps.
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.load_from_disk(str(out))
+    row = ds.filter(lambda r: r["id"] == "mini-swe-agent-gemini-3-pro/astropy__astropy-12907")[0]
+    mini = runs["mini-swe-agent-gemini-3-pro/astropy__astropy-12907"]
+    assert row["resolved"] is True
+    assert len(row["steps"]) == len(mini.steps)
+    assert row["steps"][1]["action"] == mini.steps[1].action
+    assert row["steps"][1]["tokens_in"] == mini.steps[1].tokens_in
 
 
 @pytest.fixture
@@ -155,17 +164,32 @@ def test_inspect(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _readme_table(data_dir: Path) -> dict[str, tuple[int, int, int]]:
+    """folder -> (runs, instances, resolved) from the data README's table. A row may list two
+    folders (`a/, b/`) with `300 + 300` runs and `70, 74` resolved."""
     rows = {}
     for line in (data_dir / "README.md").read_text().splitlines():
-        m = re.match(r"\| swe-bench-\w+/([\w.-]+)/\S* \|.*?\| (\d+) \| (\d+) \| (\d+) \|", line)
-        if m:
-            rows[m.group(1)] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 7 or not cells[0].startswith("swe-bench-"):
+            continue
+        folders = [
+            f.strip().rstrip("/").split("/")[0] for f in cells[0].split("/", 1)[1].split(",")
+        ]
+        runs = [int(x) for x in re.split(r"\s*\+\s*", cells[-4])]
+        resolved = [int(x) for x in re.split(r"\s*,\s*", cells[-2])]
+        for i, folder in enumerate(folders):
+            rows[folder] = (runs[i], int(cells[-3]), resolved[i])
     return rows
+
+
+SOURCES = 8
+RUNS = 4078
+RESOLVED = 289 + 89 + 80 + 223 + 70 + 74 + 80 + 120
 
 
 def test_all_data_matches_readme_counts(data_dir: Path) -> None:
     expected = _readme_table(data_dir)
-    assert len(expected) == 4
+    assert len(expected) == SOURCES
+    assert sum(v[0] for v in expected.values()) == RUNS
     problems: list[Problem] = []
     got: dict[str, list] = {}
     with pytest.warns(UserWarning, match="trailing commas"):
@@ -187,8 +211,13 @@ def test_full_ingest_command(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "corpus"
     assert main(["ingest", str(data_dir), "--out", str(out)]) == 0
     written = json.loads((out / "summary.json").read_text())
-    assert written["runs"] == 2887
+    assert written["runs"] == RUNS
     assert any("trailing commas" in w for w in written["warnings"])
     runs = load_corpus(out)
-    assert len(runs) == 2887
-    assert sum(t.resolved is True for t in runs) == 289 + 89 + 80 + 223
+    assert len(runs) == RUNS
+    assert sum(t.resolved is True for t in runs) == RESOLVED
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.load_from_disk(str(out))
+    assert ds.num_rows == RUNS
+    assert sum(r is True for r in ds["resolved"]) == RESOLVED
+    assert sorted(set(ds["source"])) == sorted(written["sources"])

@@ -158,6 +158,10 @@ def _real_seeds(data_dir: Path) -> list[Path]:
     seeds += smallest("swe-bench-lite/coder-gpt4/trajs/*.traj.gz", 1)
     acr = sorted(data_dir.glob("swe-bench-lite/autocoderover-gpt4/acr-run-1/*/*/cost.json.gz"))
     seeds += [p.parent for p in acr[:1]]
+    seeds += smallest("swe-bench-lite/moatless-gpt4o-0609/trajs/*.json.gz", 1)
+    seeds += smallest("swe-bench-lite/moatless-claude-3.5-sonnet/trajs/*.json.gz", 1)
+    openhands = smallest("swe-bench-verified/openhands-claude-3.5-sonnet/trajs/*/*.json.gz", 1)
+    seeds += openhands + [p.parent for p in openhands]  # a completion log, and its folder
     return seeds
 
 
@@ -178,7 +182,7 @@ def _mutated_copy(src: Path, dst_dir: Path, seed: int, op: str, compress: bool) 
 @pytest.fixture(scope="module")
 def real_seeds(data_dir: Path) -> list[Path]:
     seeds = _real_seeds(data_dir)
-    assert len(seeds) == 6, seeds
+    assert len(seeds) == 10, seeds
     return seeds
 
 
@@ -236,7 +240,7 @@ def test_mutated_constructed_fixtures(name: str, seed: int, op: str, compress: b
 
 @FAST
 @given(
-    which=st.integers(0, 5),
+    which=st.integers(0, 9),
     seed=st.integers(0, 2**32 - 1),
     op=st.sampled_from(OPS),
     compress=st.booleans(),
@@ -251,7 +255,7 @@ def test_mutated_real_files(
 @pytest.mark.slow
 @SLOW
 @given(
-    which=st.integers(0, 5 + len(CONSTRUCTED)),
+    which=st.integers(0, 9 + len(CONSTRUCTED)),
     seed=st.integers(0, 2**32 - 1),
     op=st.sampled_from(OPS),
     compress=st.booleans(),

@@ -502,10 +502,10 @@ def test_real_smollm2_truncated_backbone(tmp_path):
 
 
 def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
-    from monitor.corpus import CORPUS_FILE, write_corpus
+    from monitor.corpus import write_corpus
     from training.data import load_runs
 
-    write_corpus(runs, tmp_path / CORPUS_FILE)
+    write_corpus(runs, tmp_path)
     again = load_runs([tmp_path])
     assert [r.id for r in again] == [r.id for r in runs]
     assert [r.resolved for r in again] == [r.resolved for r in runs]

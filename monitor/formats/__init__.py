@@ -15,10 +15,23 @@ from monitor.formats import (
     claude_code,
     codex,
     minisweagent,
+    moatless,
     openhands,
+    openhands_completions,
     sweagent,
 )
 
 FORMATS: dict[str, ModuleType] = {
-    m.NAME: m for m in (minisweagent, sweagent, autocoderover, openhands, claude_code, codex, atif)
+    m.NAME: m
+    for m in (
+        minisweagent,
+        sweagent,
+        autocoderover,
+        openhands,
+        openhands_completions,
+        moatless,
+        claude_code,
+        codex,
+        atif,
+    )
 }

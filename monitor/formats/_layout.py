@@ -14,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 # Folder names that hold runs but name neither a source nor a run.
-CONTAINERS = frozenset({"trajs", "trajectories", "runs", "results", "output", "outputs"})
+CONTAINERS = frozenset(
+    {"trajs", "trajectories", "runs", "results", "output", "outputs", "llm_completions"}
+)
 
 
 def run_id(source: str, run: str, instance_id: str) -> str:
