@@ -56,9 +56,10 @@ def build_tiny_bundle(
 
     from monitor.featurise import FeaturiserConfig
     from monitor.signals import SIGNAL_NAMES
-    from training.backbone import load_backbone
-    from training.export import ExportConfig, write_bundle
-    from training.model import PrefixClassifier, save_classifier
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+    from training.model.backbone import load_backbone
+    from training.model.classifier import PrefixClassifier, save_classifier
 
     torch.manual_seed(0)
     model = PrefixClassifier(load_backbone(tiny_model_dir), SIGNAL_NAMES, pooling=pooling)

@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from training.eval_report import evaluate, markdown_table
-from training.evaluation import (
+from training.calibrate.thresholds import pick_thresholds
+from training.data.records import RunRecord, save_records
+from training.evaluate.ledger import (
     EvalConfig,
     auroc_at_fractions,
     ledger_metrics,
@@ -16,8 +17,7 @@ from training.evaluation import (
     oracle_stops,
     restart_outcomes,
 )
-from training.records import RunRecord, save_records
-from training.thresholds import pick_thresholds
+from training.evaluate.report import evaluate, markdown_table
 
 
 def R(rid, inst, resolved, tokens, scores=None, agent="a", source="s", encoded=0, **more):

@@ -43,7 +43,7 @@ def test_graphs_match_torch_on_other_shapes(bundle, tiny_model_dir):
     import onnxruntime as ort
     import torch
 
-    from training.model import load_classifier
+    from training.model.classifier import load_classifier
 
     model = load_classifier(bundle.parent / "model")
     g = torch.Generator().manual_seed(5)
@@ -74,8 +74,8 @@ def test_mean_pooled_kv_graph_carries_the_running_mean(tiny_model_dir, tmp_path_
     import onnxruntime as ort
     import torch
 
-    from training.model import load_classifier
-    from training.onnx_graphs import kv_names
+    from training.export.graphs import kv_names
+    from training.model.classifier import load_classifier
 
     bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
     m = json.loads((bundle / "monitor.json").read_text())
@@ -118,9 +118,10 @@ def test_export_without_signals(tiny_model_dir, tmp_path):
     import torch
 
     from monitor.featurise import FeaturiserConfig
-    from training.backbone import load_backbone
-    from training.export import ExportConfig, write_bundle
-    from training.model import PrefixClassifier, save_classifier
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+    from training.model.backbone import load_backbone
+    from training.model.classifier import PrefixClassifier, save_classifier
 
     model = PrefixClassifier(load_backbone(tiny_model_dir), [])
     torch.nn.init.normal_(model.head.weight, std=1.0)
@@ -149,7 +150,7 @@ def test_export_without_signals(tiny_model_dir, tmp_path):
 
 def test_export_refuses_non_bundle_folder(tiny_model_dir, tmp_path, bundle):
     from monitor.errors import BundleError
-    from training.export import write_bundle
+    from training.export.bundle import write_bundle
 
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "precious.txt").write_text("keep me")
@@ -177,7 +178,7 @@ def test_export_cli(bundle, tmp_path, capsys):
 def test_int8_auroc_change(bundle):
     from bundle_helpers import make_run
 
-    from training.export import int8_auroc_change
+    from training.export.bundle import int8_auroc_change
 
     runs = [make_run(4 + i % 5, seed=i) for i in range(8)]
     for i, r in enumerate(runs):

@@ -307,7 +307,7 @@ def test_real_tokenizer_file(tiny_model_dir: Path) -> None:
 def _smollm2_tokenizer() -> Path:
     """The real SmolLM2 tokenizer, converted from the GGUF package on first use (~20 s)."""
     pytest.importorskip("torch")
-    from training.backbone import resolve_base
+    from training.model.backbone import resolve_base
 
     return resolve_base("smollm2-135m") / "tokenizer.json"
 

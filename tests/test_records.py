@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.records import RunRecord, load_records, save_records
+from training.data.records import RunRecord, load_records, save_records
 
 
 def test_records_round_trip(tmp_path):
@@ -42,8 +42,8 @@ def test_records_round_trip(tmp_path):
 
 
 def test_paired_auroc_delta_is_zero_for_identical_scores_and_positive_for_a_better_scorer():
-    from training.prefix_metrics import paired_auroc_delta
-    from training.records import RunRecord
+    from training.data.records import RunRecord
+    from training.evaluate.auroc import paired_auroc_delta
 
     rng = np.random.default_rng(0)
 

@@ -30,7 +30,7 @@ def torch_scores(bundle, traj):
     import torch
 
     from monitor.signals import signal_matrix
-    from training.model import load_classifier
+    from training.model.classifier import load_classifier
 
     model = load_classifier(bundle.parent / "model")
     from serving.scorer import Scorer
@@ -163,7 +163,7 @@ def test_monitor_session_gives_decisions_and_stops(bundle):
     scored = len(decisions) if not stops else stops[0].step
     assert [d.score for d in decisions[:scored]] == pytest.approx(scores[:scored], abs=1e-5)
     assert decisions[0].threshold == 0.55
-    from training.thresholds import first_stop
+    from training.calibrate.thresholds import first_stop
 
     pol = scorer.policy
     first = first_stop(

@@ -81,7 +81,7 @@ def test_default_policy_persists_over_two_checks() -> None:
 
 @pytest.mark.parametrize("persist", [1, 2, 3])
 def test_live_session_agrees_with_offline_first_stop(persist: int) -> None:
-    from training.thresholds import first_stop
+    from training.calibrate.thresholds import first_stop
 
     rng = np.random.default_rng(persist)
     for _ in range(60):
@@ -210,7 +210,7 @@ def test_bundle_policy_persist_backward_compatible_and_replay_agrees() -> None:
     from monitor.types import Trajectory
     from serving.bundle import Bundle, Thresholds
     from serving.runs import score_transcript
-    from training.thresholds import first_stop
+    from training.calibrate.thresholds import first_stop
 
     old_policy = {"min_steps": 2, "every": 1}  # written before persist existed
     old = Bundle(Path("b"), {"policy": old_policy, "thresholds": {"schedule": old_policy}})

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.records import RunRecord
-from training.thresholds import (
+from training.calibrate.thresholds import (
     ThresholdConfig,
     ThresholdPicker,
     first_stop,
@@ -18,6 +17,7 @@ from training.thresholds import (
     run_false_positive_rate,
     schedule_of,
 )
+from training.data.records import RunRecord
 
 
 def rec(i, agent, resolved, scores, inst=None):
@@ -235,7 +235,7 @@ def test_conformal_threshold_is_valid_out_of_sample(persist):
 def test_threshold_is_finite_when_runs_never_reach_a_check():
     import math
 
-    from training.thresholds import threshold_for_count
+    from training.calibrate.thresholds import threshold_for_count
 
     assert threshold_for_count(np.array([-math.inf] * 30), 1) == 1.0
     t = threshold_for_count(np.array([0.4] + [-math.inf] * 29), 1, np.array([0.9, -math.inf]))

@@ -14,18 +14,25 @@ from monitor.errors import ConfigError  # noqa: E402
 from monitor.featurise import Featuriser, FeaturiserConfig  # noqa: E402
 from monitor.signals import SIGNAL_NAMES, signal_matrix  # noqa: E402
 from monitor.types import Step, Trajectory  # noqa: E402
-from training import baselines as bl  # noqa: E402
-from training.backbone import load_backbone  # noqa: E402
+from training.baselines import learned as bl  # noqa: E402
 from training.config import PipelineConfig  # noqa: E402
-from training.data import (  # noqa: E402
+from training.data.examples import (  # noqa: E402
     checked_steps,
-    labelled_runs,
     prefix_examples,
     run_weights,
-    stratified_subsample,
     window_examples,
 )
-from training.features import (  # noqa: E402
+from training.data.records import load_records  # noqa: E402
+from training.data.runs import labelled_runs, stratified_subsample  # noqa: E402
+from training.data.splits import load_splits, make_splits, save_splits  # noqa: E402
+from training.model.backbone import load_backbone  # noqa: E402
+from training.model.classifier import (  # noqa: E402
+    PrefixClassifier,
+    build_classifier,
+    load_classifier,
+    save_classifier,
+)
+from training.model.features import (  # noqa: E402
     FeatureCache,
     PassStats,
     config_hash,
@@ -33,16 +40,9 @@ from training.features import (  # noqa: E402
     feature_key,
     run_hash,
 )
-from training.heads import add_lora, finetune, fit_probe, head_scores, merge_lora  # noqa: E402
-from training.model import (  # noqa: E402
-    PrefixClassifier,
-    build_classifier,
-    load_classifier,
-    save_classifier,
-)
-from training.records import load_records  # noqa: E402
-from training.splits import load_splits, make_splits, save_splits  # noqa: E402
-from training.train import run_pipeline  # noqa: E402
+from training.model.finetune import add_lora, finetune, merge_lora  # noqa: E402
+from training.model.probe import fit_probe, head_scores  # noqa: E402
+from training.pipeline.train import run_pipeline  # noqa: E402
 
 FEAT = FeaturiserConfig(
     window_tokens=128, task_chars=80, action_chars=40, obs_head_chars=30, obs_tail_chars=20
@@ -477,7 +477,7 @@ def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path
 @pytest.mark.slow
 def test_real_smollm2_truncated_backbone(tmp_path):
     """The GGUF base converts to a plain folder; a 2-layer cut scores a run and round-trips."""
-    from training.backbone import resolve_base
+    from training.model.backbone import resolve_base
 
     base = resolve_base("smollm2-135m")
     assert json.loads((base / "config.json").read_text()).get("quantization_config") is None
@@ -503,7 +503,7 @@ def test_real_smollm2_truncated_backbone(tmp_path):
 
 def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
     from monitor.corpus import CORPUS_FILE, write_corpus
-    from training.data import load_runs
+    from training.data.runs import load_runs
 
     write_corpus(runs, tmp_path / CORPUS_FILE)
     again = load_runs([tmp_path])
@@ -514,7 +514,7 @@ def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
 
 
 def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs):
-    from training.crossfit import instance_folds, out_of_fold_scores
+    from training.model.crossfit import instance_folds, out_of_fold_scores
 
     folds = instance_folds(runs, 3, seed=0)
     by_inst: dict[str, set[int]] = {}
