@@ -18,7 +18,7 @@ THRESHOLDS = {
     "mode": "bound",
     "confidence": 0.95,
     "method": "clopper-pearson",
-    "schedule": {"min_steps": 2, "every": 1},
+    "schedule": {"min_steps": 2, "every": 1, "persist": 1},
     "targets": [0.05, 0.1],
     "per_agent": {
         "mini-swe-agent": {

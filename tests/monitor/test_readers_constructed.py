@@ -218,7 +218,7 @@ def test_claude_code_loop_fixture(fixtures_dir: Path) -> None:
 
 def test_claude_code_partial_first_records(tmp_path: Path) -> None:
     """A live transcript cut after a tool call: the call is a step with no observation yet."""
-    src = Path(__file__).parent / "fixtures" / "claude_code_constructed_stream.jsonl"
+    src = Path(__file__).parents[1] / "fixtures" / "claude_code_constructed_stream.jsonl"
     lines = src.read_text().splitlines(keepends=True)
     p = tmp_path / "live.jsonl"
     p.write_text("".join(lines[:3]) + lines[3][:40])

@@ -7,7 +7,8 @@ import json
 import time
 
 import pytest
-from bundle_helpers import make_run, serve, shared_bundle
+
+from tests.bundle_helpers import make_run, serve, shared_bundle
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")

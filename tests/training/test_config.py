@@ -9,7 +9,7 @@ import pytest
 from monitor.errors import ConfigError
 from training.config import PipelineConfig, load_pipeline_config
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
 
 def test_there_are_configs():

@@ -101,7 +101,7 @@ def test_demo_end_to_end(tiny_model_dir, small_data, tmp_path, capsys):
 
 def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
     from monitor.corpus import ingest
-    from training.experiments.common import run_experiment
+    from training.experiments.run import run_experiment
 
     corpus = tmp_path / "corpus"
     ingest([small_data], corpus, progress=False)
@@ -197,7 +197,7 @@ def test_ablation_full_lora_needs_the_probe_pick_first(tiny_model_dir, small_dat
 
 
 def test_auroc_standard_error_hanley_mcneil():
-    from training.experiments.ablations import auroc_se
+    from training.experiments.ablation_report import auroc_se
 
     # AUC 0.5 with 10 + 10 runs: var = (0.25 + 9/12 + 9/12) / 100
     assert auroc_se(0.5, 10, 10) == pytest.approx((1.75 / 100) ** 0.5)

@@ -81,8 +81,6 @@ def test_default_policy_persists_over_two_checks() -> None:
 
 @pytest.mark.parametrize("persist", [1, 2, 3])
 def test_live_session_agrees_with_offline_first_stop(persist: int) -> None:
-    from training.calibrate.thresholds import first_stop
-
     rng = np.random.default_rng(persist)
     for _ in range(60):
         n = int(rng.integers(1, 15))
@@ -96,7 +94,7 @@ def test_live_session_agrees_with_offline_first_stop(persist: int) -> None:
             d = s.observe(bash(i, f"cmd {i}", f"o{i}"))
             if d.stop and live is None:
                 live = d.step
-        assert live == first_stop(scores, t, min_steps=ms, every=ev, persist=persist)
+        assert live == cfg.first_stop(scores, t)
 
 
 def test_failing_scorer_continues_with_monitor_error(caplog: pytest.LogCaptureFixture) -> None:
@@ -202,41 +200,3 @@ def test_finish_validator() -> None:
     params = FINISH_TOOL["function"]["parameters"]
     assert params["properties"]["status"]["enum"] == ["completed", "blocked", "impossible"]
     assert "finish" in NUDGE_TEXT
-
-
-def test_bundle_policy_persist_backward_compatible_and_replay_agrees() -> None:
-    from pathlib import Path
-
-    from monitor.types import Trajectory
-    from serving.bundle import Bundle, Thresholds
-    from serving.runs import score_transcript
-    from training.calibrate.thresholds import first_stop
-
-    old_policy = {"min_steps": 2, "every": 1}  # written before persist existed
-    old = Bundle(Path("b"), {"policy": old_policy, "thresholds": {"schedule": old_policy}})
-    assert old.policy["persist"] == 1
-    assert Bundle(Path("b"), {"policy": old_policy}).policy["persist"] == 1
-    new_th = {"schedule": {**old_policy, "persist": 3}}
-    new = Bundle(Path("b"), {"policy": {**old_policy, "persist": 2}, "thresholds": new_th})
-    assert new.policy["persist"] == 3  # the persistence the thresholds were calibrated for
-
-    scores = [0.1, 0.8, 0.9, 0.3, 0.8, 0.85, 0.9, 0.2]
-
-    class Fake:
-        def __init__(self, bundle: Bundle) -> None:
-            self.policy = bundle.policy
-
-        def score_run(self, traj: Trajectory) -> list[float]:
-            return scores[: len(traj.steps)]
-
-        def thresholds(self, agent: str | None) -> Thresholds:
-            return Thresholds(0.75, 0.5, "agent")
-
-    steps = [bash(i, f"cmd {i}", f"o{i}") for i in range(len(scores))]
-    traj = Trajectory(id="r", instance_id="i", agent="a", source="s", task="t", steps=steps)
-    for bundle, persist in ((old, 1), (new, 3)):
-        result = score_transcript(Fake(bundle), traj)
-        want = first_stop(scores, 0.75, min_steps=2, persist=persist)
-        assert want == (2 if persist == 1 else 7)
-        assert result.stop is not None
-        assert result.stop.step == want

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from monitor.halts import Budget, StuckLimits, TranscriptRule, final_values, fit_budget
-from monitor.policy import PolicyConfig, heuristic_hits, is_checked, warn_evidence
+from monitor.policy import PolicyConfig, heuristic_hits, warn_evidence
 from monitor.signals import SIGNAL_NAMES
 from monitor.types import Step, Trajectory
 
@@ -84,12 +84,6 @@ def test_stuck_limits_and_switch() -> None:
     v = vals(same_pair_run=4, action_error_run=2, monologue_run=3, alternation_run=5)
     assert [h.signal for h in StuckLimits().hits(v)] == ["same_pair_run", "monologue_run"]
     assert StuckLimits(enabled=False).hits(v) == []
-
-
-def test_is_checked_schedule() -> None:
-    cfg = PolicyConfig(min_steps=3, every=2)
-    assert [k for k in range(1, 10) if is_checked(k, cfg)] == [3, 5, 7, 9]
-    assert [k for k in range(1, 5) if is_checked(k, PolicyConfig())] == [3, 4]
 
 
 def test_policy_defaults_and_precedence() -> None:

@@ -7,17 +7,14 @@ import json
 import numpy as np
 import pytest
 
+from monitor.schedule import Schedule
 from training.calibrate.thresholds import pick_thresholds
+from training.config import EvalConfig
 from training.data.records import RunRecord, save_records
-from training.evaluate.ledger import (
-    EvalConfig,
-    auroc_at_fractions,
-    ledger_metrics,
-    matched_score_stops,
-    oracle_stops,
-    restart_outcomes,
-)
+from training.evaluate.auroc import auroc_at_fractions
+from training.evaluate.ledger import ledger_metrics, oracle_stops, restart_outcomes
 from training.evaluate.report import evaluate, markdown_table
+from training.evaluate.stops import matched_score_stops
 
 
 def R(rid, inst, resolved, tokens, scores=None, agent="a", source="s", encoded=0, **more):
@@ -128,7 +125,7 @@ def test_matched_score_baseline_has_at_most_monitor_false_positives():
     ]
     mon = {r.run_id: (4 if (r.resolved and int(r.run_id[1:]) < 9) else None) for r in recs}
     fp_mon = sum(1 for r in recs if r.resolved and mon[r.run_id])
-    st, th = matched_score_stops(recs, mon, scorer="lr")
+    st, th = matched_score_stops(recs, mon, scorer="lr", schedule=Schedule(min_steps=1, persist=1))
     fp_lr = sum(1 for r in recs if r.resolved and st[r.run_id])
     assert fp_lr == fp_mon == 3
     assert set(th) == {"a"}
@@ -160,7 +157,9 @@ def _split(n_inst, rng, agent="a", source="s"):
 def test_evaluate_report_shape_and_loopbrake(tmp_path):
     rng = np.random.default_rng(5)
     val, test = _split(150, rng), _split(80, rng)
-    th = pick_thresholds(val, targets=[0.05, 0.25], min_steps=2, every=1)
+    th = pick_thresholds(
+        val, schedule=Schedule(min_steps=2, every=1, persist=1), targets=[0.05, 0.25]
+    )
     res = evaluate(
         test,
         th,
@@ -202,8 +201,8 @@ def test_evaluate_command_on_saved_records(tmp_path):
     out = tmp_path / "train"
     save_records(out / "records" / "val.parquet", val)
     save_records(out / "records" / "test.parquet", test)
-    th = pick_thresholds(val, targets=[0.25], min_steps=1, every=1)
-    (out / "thresholds.json").write_text(json.dumps(th))
+    th = pick_thresholds(val, schedule=Schedule(min_steps=1, every=1, persist=1), targets=[0.25])
+    (out / "thresholds.json").write_text(json.dumps(th.to_json()))
     rc = main(
         [
             "evaluate",

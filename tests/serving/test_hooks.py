@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from bundle_helpers import claude_event
 
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
+from tests.bundle_helpers import claude_event
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 
@@ -147,7 +147,7 @@ def test_claude_code_warn_continue_and_failures(fixtures_dir, tmp_path):
 def test_claude_code_cli_with_bundle(tiny_model_dir, tmp_path_factory, fixtures_dir, tmp_path):
     """`failfast hook claude-code` end to end: a loop transcript is stopped by the stuck pattern."""
     pytest.importorskip("torch")
-    from bundle_helpers import shared_bundle
+    from tests.bundle_helpers import shared_bundle
 
     # A copy whose pooled stop threshold is refused (no stop by score, as in a real bundle without
     # enough resolved runs), so only the heuristic halt can stop the loop, whatever the random

@@ -14,7 +14,8 @@ import threading
 import time
 
 import pytest
-from bundle_helpers import claude_event, free_port, serve, shared_bundle
+
+from tests.bundle_helpers import claude_event, free_port, serve, shared_bundle
 
 pytest.importorskip("torch")
 

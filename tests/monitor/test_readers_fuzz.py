@@ -26,7 +26,7 @@ from monitor.errors import TranscriptError
 from monitor.formats import FORMATS
 from monitor.types import Trajectory
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 CONSTRUCTED = sorted(p.name for p in FIXTURES.glob("*constructed*"))
 OPS = ("truncate", "flip", "delete_keys", "retype", "drop_lines", "as_is")
 # Derandomised so that CI runs the same examples every time; the slow variant explores.

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from bundle_helpers import shared_bundle
+
+from tests.bundle_helpers import shared_bundle
 
 pytest.importorskip("torch")
 
@@ -136,9 +137,8 @@ def test_export_without_signals(tiny_model_dir, tmp_path):
     report = write_bundle(d, tmp_path / "b", cfg=ExportConfig(check_batch=2, check_length=40))
     assert report.full_max_abs_diff <= 1e-4
     assert report.kv_max_abs_diff <= 1e-4
-    from bundle_helpers import make_run
-
     from serving.scorer import Scorer
+    from tests.bundle_helpers import make_run
 
     scorer = Scorer.load(tmp_path / "b")
     scores = scorer.score_run(make_run(6))
@@ -176,8 +176,7 @@ def test_export_cli(bundle, tmp_path, capsys):
 
 
 def test_int8_auroc_change(bundle):
-    from bundle_helpers import make_run
-
+    from tests.bundle_helpers import make_run
     from training.export.bundle import int8_auroc_change
 
     runs = [make_run(4 + i % 5, seed=i) for i in range(8)]

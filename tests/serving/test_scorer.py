@@ -8,7 +8,8 @@ import threading
 
 import numpy as np
 import pytest
-from bundle_helpers import make_run, shared_bundle
+
+from tests.bundle_helpers import make_run, shared_bundle
 
 pytest.importorskip("torch")
 
@@ -163,16 +164,9 @@ def test_monitor_session_gives_decisions_and_stops(bundle):
     scored = len(decisions) if not stops else stops[0].step
     assert [d.score for d in decisions[:scored]] == pytest.approx(scores[:scored], abs=1e-5)
     assert decisions[0].threshold == 0.55
-    from training.calibrate.thresholds import first_stop
+    from monitor.policy import PolicyConfig
 
-    pol = scorer.policy
-    first = first_stop(
-        scores,
-        0.55,
-        min_steps=pol["min_steps"],
-        every=pol["every"],
-        persist=pol.get("persist", 1),
-    )
+    first = PolicyConfig.model_validate(scorer.policy).first_stop(scores, 0.55)
     if first is None:
         assert not stops
     else:
