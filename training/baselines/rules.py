@@ -22,8 +22,7 @@ import numpy as np
 from monitor.halts import BUDGET_CHECKS, Budget
 from monitor.schedule import Schedule
 from monitor.signals import SIGNAL_NAMES
-from training.data.records import RunRecord
-from training.evaluate.ledger import Stops
+from training.data.records import RunRecord, Stops
 
 _COL = {name: i for i, name in enumerate(SIGNAL_NAMES)}
 _BEFORE_CALL = {"max_steps", "max_tokens", "max_cost_usd", "max_wall_seconds"}

@@ -16,6 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+Stops = dict[str, int | None]
+"""What a stop rule did to some runs: run_id -> the prefix length k it stopped the run at, None =
+not stopped."""
+
 
 @dataclass
 class RunRecord:

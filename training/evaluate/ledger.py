@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 
 from training.calibrate.bounds import fpr_interval, fpr_upper_bound
-from training.data.records import RunRecord
-
-Stops = dict[str, int | None]  # run_id -> prefix length k at the stop, None = not stopped
+from training.data.records import RunRecord, Stops
 
 
 def oracle_stops(records: Sequence[RunRecord], *, min_steps: int = 1) -> Stops:

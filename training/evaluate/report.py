@@ -19,9 +19,9 @@ import numpy as np
 from monitor.schedule import Schedule
 from monitor.thresholds import ThresholdTable
 from training.config import EvalConfig
-from training.data.records import RunRecord, group_records
+from training.data.records import RunRecord, Stops, group_records
 from training.evaluate.auroc import auroc_at_fractions
-from training.evaluate.ledger import Stops, ledger_metrics, oracle_stops
+from training.evaluate.ledger import ledger_metrics, oracle_stops
 from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
 
 METRIC_KEYS = (

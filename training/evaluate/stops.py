@@ -16,8 +16,8 @@ import numpy as np
 from monitor.schedule import Schedule
 from monitor.thresholds import ThresholdTable
 from training.calibrate.thresholds import threshold_for_count
-from training.data.records import RunRecord, group_records
-from training.evaluate.ledger import Stops, ledger_metrics
+from training.data.records import RunRecord, Stops, group_records
+from training.evaluate.ledger import ledger_metrics
 
 
 def stopped_resolved(records: Sequence[RunRecord], stops: Mapping[str, int | None]) -> int:
