@@ -18,9 +18,7 @@ from training.data.examples import (  # noqa: E402
 )
 from training.data.runs import labelled_runs, stratified_subsample  # noqa: E402
 from training.data.splits import load_splits, make_splits, save_splits  # noqa: E402
-from training.model.features import (  # noqa: E402
-    run_hash,
-)
+from training.model.cache import run_hash  # noqa: E402
 
 EVERY_STEP = Schedule(min_steps=1, every=1, persist=1)
 

@@ -19,20 +19,14 @@ from training.data.examples import (  # noqa: E402
     window_examples,
 )
 from training.model.backbone import load_backbone  # noqa: E402
+from training.model.cache import FeatureCache, config_hash, feature_key, run_hash  # noqa: E402
 from training.model.classifier import (  # noqa: E402
     PrefixClassifier,
     build_classifier,
     load_classifier,
     save_classifier,
 )
-from training.model.features import (  # noqa: E402
-    FeatureCache,
-    PassStats,
-    config_hash,
-    extract_features,
-    feature_key,
-    run_hash,
-)
+from training.model.features import PassStats, extract_features  # noqa: E402
 from training.model.finetune import add_lora, finetune, merge_lora  # noqa: E402
 from training.model.probe import fit_probe, head_scores  # noqa: E402
 

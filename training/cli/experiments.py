@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from training.cli.training import pipeline_args
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `failfast experiment` to the `failfast` parser."""
@@ -18,9 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("name", choices=["transfer", "ablate"], help="which experiment")
-    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
-    p.add_argument("--data", nargs="+", required=True, help="transcripts or an ingest folder")
-    p.add_argument("--out", required=True, help="output folder (results in OUT/experiments/)")
+    pipeline_args(
+        p,
+        data_help="transcripts or an ingest folder",
+        out_help="output folder (results in OUT/experiments/)",
+    )
     p.add_argument(
         "--variants",
         nargs="+",
@@ -35,9 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="ablate: subset variants also report the test AUROC of every (C, hidden scale) of "
         "the config's probe grid (hindsight sensitivity of the fixed pair)",
-    )
-    p.add_argument(
-        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
     )
 
     def handler(args: argparse.Namespace) -> int:

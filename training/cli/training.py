@@ -8,6 +8,18 @@ from __future__ import annotations
 import argparse
 
 
+def pipeline_args(
+    p: argparse.ArgumentParser, *, data_help: str, out_help: str = "output folder"
+) -> None:
+    """--config, --data, --out and -o: what every command that runs the pipeline takes."""
+    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
+    p.add_argument("--data", nargs="+", required=True, help=data_help)
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument(
+        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the training subcommands to the `failfast` parser."""
     _register_train(sub)
@@ -80,12 +92,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
             "head and the baselines, and write OUT/ (see configs/*.yaml for every option)."
         ),
     )
-    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
-    p.add_argument("--data", nargs="+", required=True, help="transcript paths or an ingest dir")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument(
-        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
-    )
+    pipeline_args(p, data_help="transcript paths or an ingest dir")
 
     def handler(args: argparse.Namespace) -> int:
         from training.config import load_pipeline_config
@@ -152,14 +159,9 @@ def _register_demo(sub: argparse._SubParsersAction) -> None:
             "plots) and print the results table and the wall time of each stage."
         ),
     )
-    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
-    p.add_argument("--data", nargs="+", required=True, help="folders of transcripts + label files")
-    p.add_argument("--out", required=True, help="output folder")
+    pipeline_args(p, data_help="folders of transcripts + label files")
     p.add_argument(
         "--targets", type=float, nargs="+", default=[0.05, 0.10], help="run-level FPR targets"
-    )
-    p.add_argument(
-        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
     )
 
     def handler(args: argparse.Namespace) -> int:

@@ -24,36 +24,6 @@ from training.evaluate.auroc import auroc_at_fractions
 from training.evaluate.ledger import ledger_metrics, oracle_stops
 from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
 
-METRIC_KEYS = (
-    "realized_fpr",
-    "fpr_upper_bound",
-    "recall",
-    "token_savings",
-    "resolution_before",
-    "resolution_after",
-    "resolution_after_restart",
-    "runs",
-)
-
-
-def rule_inputs(
-    runs: Sequence[Any], records: Sequence[RunRecord]
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """What the rule baselines of `evaluate` need from the transcripts: the signal matrix of each
-    evaluated run, and per agent a p95 Budget fitted on the runs of instances NOT evaluated
-    (never on the evaluated runs themselves)."""
-    from monitor.halts import fit_budget
-    from monitor.signals import signal_matrix
-
-    ids = {r.run_id for r in records}
-    insts = {r.instance_id for r in records}
-    signals = {t.id: signal_matrix(t) for t in runs if t.id in ids}
-    fit_on: dict[str, list[Any]] = {}
-    for t in runs:
-        if t.instance_id not in insts:
-            fit_on.setdefault(t.agent, []).append(t)
-    return signals, {a: fit_budget(ts)[0] for a, ts in fit_on.items()}
-
 
 def rule_baselines(
     records: Sequence[RunRecord],

@@ -13,8 +13,30 @@ from typing import Any
 
 import numpy as np
 
+from training.data.records import RunRecord
+from training.evaluate.auroc import auroc_report, paired_auroc_delta
 from training.evaluate.plots import pyplot
 from training.experiments.common import AUROC_KEYS, TARGETS, num, pct
+
+
+def auroc_summary(recs: list[RunRecord]) -> dict[str, Any]:
+    """A variant's test AUROC: mean per agent, per agent and pooled (the monitor score)."""
+    rep = auroc_report(recs, scorers=["monitor"])
+    return {
+        "mean_per_agent": rep["mean_per_agent"]["monitor"],
+        "per_agent": {a: e["monitor"] for a, e in rep["per_agent"].items()},
+        "pooled": rep["pooled"]["monitor"],
+    }
+
+
+def paired_deltas(out: dict[str, Any], tests: dict[str, list[RunRecord]]) -> None:
+    """Each variant vs its scope's lm_signals reference on the same test runs (paired bootstrap
+    of the mean per-agent overall AUROC difference), once both exist."""
+    for v, e in out["variants"].items():
+        ref = f"{e['scope']}:lm_signals"
+        if v == ref or ref not in tests or "vs_reference" in e:
+            continue
+        e["vs_reference"] = {"reference": ref, **paired_auroc_delta(tests[ref], tests[v])}
 
 
 def test_counts(runs: Sequence[Any]) -> dict[str, dict[str, int]]:

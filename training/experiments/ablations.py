@@ -33,8 +33,7 @@ from monitor.types import Trajectory
 from training.config import PipelineConfig
 from training.data.records import RunRecord, save_records
 from training.data.runs import stratified_subsample
-from training.evaluate.auroc import auroc_report, paired_auroc_delta
-from training.experiments.ablation_report import test_counts
+from training.experiments.ablation_report import auroc_summary, paired_deltas, test_counts
 from training.experiments.common import TARGETS, ledger
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
 from training.pipeline.stages import SplitRuns, calibrate, fine_tune, fit_head, monitor_records
@@ -80,15 +79,6 @@ def per_agent_subset(runs: Sequence[Any], cap: int, *, seed: int) -> list[Any]:
         for r in stratified_subsample([r for r in runs if r.agent == a], cap, seed=seed)
     }
     return [r for r in runs if id(r) in keep]
-
-
-def _auroc(recs: list[RunRecord]) -> dict[str, Any]:
-    rep = auroc_report(recs, scorers=["monitor"])
-    return {
-        "mean_per_agent": rep["mean_per_agent"]["monitor"],
-        "per_agent": {a: e["monitor"] for a, e in rep["per_agent"].items()},
-        "pooled": rep["pooled"]["monitor"],
-    }
 
 
 def _pass_info(enc: dict[str, Encoded]) -> dict[str, Any]:
@@ -219,7 +209,7 @@ def _grid(
     for c in cfg.train.probe_C:
         for scale in cfg.train.probe_hidden_scale:
             fit_head(cfg, encoder.model, enc["train"], grid=[(c, scale)])
-            auc = _auroc(monitor_records(encoder.model, enc["test"]))
+            auc = auroc_summary(monitor_records(encoder.model, enc["test"]))
             out[f"C={c:g},hidden_scale={scale:g}"] = auc["mean_per_agent"]["overall"]
     return out
 
@@ -233,16 +223,6 @@ def _check(names: Sequence[str], cfg: PipelineConfig) -> None:
         variant_config(cfg, what)
         if scope == "full" and what == "lora" and "full:lm_signals" not in names[:i]:
             raise ValueError(f"ablation {v!r}: run full:lm_signals before full:lora")
-
-
-def _paired(out: dict[str, Any], tests: dict[str, list[RunRecord]]) -> None:
-    """Each variant vs its scope's lm_signals reference on the same test runs (paired bootstrap
-    of the mean per-agent overall AUROC difference), once both exist."""
-    for v, e in out["variants"].items():
-        ref = f"{e['scope']}:lm_signals"
-        if v == ref or ref not in tests or "vs_reference" in e:
-            continue
-        e["vs_reference"] = {"reference": ref, **paired_auroc_delta(tests[ref], tests[v])}
 
 
 def run_ablations(
@@ -293,12 +273,12 @@ def run_ablations(
         t = time.perf_counter()
         entry: dict[str, Any] = {"scope": scope}
         tests[v] = state.full(what, entry) if scope == "full" else state.subset(what, entry)
-        entry["auroc"] = _auroc(tests[v])
+        entry["auroc"] = auroc_summary(tests[v])
         entry["seconds"] = round(time.perf_counter() - t, 1)
         out["variants"][v] = entry
         if records_dir is not None:
             save_records(records_dir / f"{v.replace(':', '_')}.parquet", tests[v])
-        _paired(out, tests)
+        paired_deltas(out, tests)
         if on_variant is not None:
             on_variant(out)
         log.info(

@@ -17,7 +17,9 @@ import torch
 from monitor.errors import BundleError
 from training.config import ExportConfig
 from training.export.card import model_card
-from training.export.graphs import ExportReport, export_graphs, int8_diff, kv_shape, quantize_int8
+from training.export.convert import ExportReport, export_graphs, int8_diff, quantize_int8
+from training.export.graphs import kv_shape
+from training.model.classifier import PrefixClassifier
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,57 @@ def _versions(opset: int) -> dict[str, Any]:
     }
 
 
+def _manifest(
+    model: PrefixClassifier,
+    meta: dict[str, Any],
+    found: dict[str, Any],
+    cfg: ExportConfig,
+    report: ExportReport,
+) -> dict[str, Any]:
+    """monitor.json without the file hashes (docs/BUNDLE.md lists every field)."""
+    from monitor.policy import PolicyConfig
+    from monitor.thresholds import ThresholdTable
+
+    # Thresholds hold for the schedule they were calibrated under: it wins over the policy section.
+    schedule = (
+        ThresholdTable.model_validate(found["thresholds"]).schedule.model_dump()
+        if found["thresholds"]
+        else {}
+    )
+    kv_heads, head_dim = kv_shape(model.backbone.config)
+    return {
+        "featuriser": meta.get("featuriser") or {},
+        "signal_names": list(model.signal_names),
+        "classifier": {
+            **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
+            "pooling": model.pooling,
+        },
+        "kv": {
+            "n_layers": int(model.backbone.config.num_hidden_layers),
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            # width of the running hidden sum carried by model_kv.onnx (0: pooling "last")
+            "pooled_hidden": model.hidden if model.uses_mean else 0,
+        },
+        "label": {
+            "positive": "the run ends unresolved (SWE-bench harness verdict)",
+            "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit",
+        },
+        "target": cfg.target,
+        "thresholds": found["thresholds"],
+        "policy": PolicyConfig.model_validate({**found["policy"], **schedule}).model_dump(),
+        "metrics": found["metrics"],
+        "data_summary": found["data_summary"],
+        "export": {
+            "config": cfg.model_dump(),
+            "full_max_abs_diff": report.full_max_abs_diff,
+            "kv_max_abs_diff": report.kv_max_abs_diff,
+            "int8_max_abs_diff": report.int8_max_abs_diff,
+        },
+        "versions": _versions(cfg.opset),
+    }
+
+
 def write_bundle(
     model_dir: str | Path,
     out: str | Path,
@@ -87,7 +140,7 @@ def write_bundle(
     """Export a saved classifier folder (training OUT/model) into a serving bundle.
 
     Args:
-        model_dir: folder written by `training.model.save_classifier`.
+        model_dir: folder written by `training.model.classifier.save_classifier`.
         out: bundle folder to write (must be empty, absent, or an earlier bundle).
         cfg: export options.
         train_dir: the training output dir (thresholds.json, metrics.json, data_summary.json,
@@ -98,8 +151,6 @@ def write_bundle(
     """
     import shutil
 
-    from monitor.policy import PolicyConfig
-    from monitor.thresholds import ThresholdTable
     from serving.bundle import MANIFEST, write_manifest
     from training.model.classifier import load_classifier, read_classifier_meta
 
@@ -122,45 +173,7 @@ def write_bundle(
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
         shutil.copytree(tdir / "baselines", out / "baselines")
-    # Thresholds hold for the schedule they were calibrated under: it wins over the policy section.
-    schedule = (
-        ThresholdTable.model_validate(found["thresholds"]).schedule.model_dump()
-        if found["thresholds"]
-        else {}
-    )
-    policy = PolicyConfig.model_validate({**found["policy"], **schedule}).model_dump()
-    kv_heads, head_dim = kv_shape(model.backbone.config)
-    manifest = {
-        "featuriser": meta.get("featuriser") or {},
-        "signal_names": list(model.signal_names),
-        "classifier": {
-            **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
-            "pooling": model.pooling,
-        },
-        "kv": {
-            "n_layers": int(model.backbone.config.num_hidden_layers),
-            "kv_heads": kv_heads,
-            "head_dim": head_dim,
-            # width of the running hidden sum carried by model_kv.onnx (0: pooling "last")
-            "pooled_hidden": model.hidden if model.uses_mean else 0,
-        },
-        "label": {
-            "positive": "the run ends unresolved (SWE-bench harness verdict)",
-            "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit",
-        },
-        "target": cfg.target,
-        "thresholds": found["thresholds"],
-        "policy": policy,
-        "metrics": found["metrics"],
-        "data_summary": found["data_summary"],
-        "export": {
-            "config": cfg.model_dump(),
-            "full_max_abs_diff": report.full_max_abs_diff,
-            "kv_max_abs_diff": report.kv_max_abs_diff,
-            "int8_max_abs_diff": report.int8_max_abs_diff,
-        },
-        "versions": _versions(cfg.opset),
-    }
+    manifest = _manifest(model, meta, found, cfg, report)
     (out / "README.md").write_text(model_card(manifest))
     write_manifest(out, manifest)
     log.info("bundle written to %s", out)

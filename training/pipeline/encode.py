@@ -19,14 +19,9 @@ from monitor.signals import SIGNAL_NAMES, signal_matrix
 from monitor.types import Trajectory
 from training.config import PipelineConfig
 from training.model.backbone import backbone_key, cache_dir, resolve_base
+from training.model.cache import FeatureCache, feature_key
 from training.model.classifier import PrefixClassifier, build_classifier
-from training.model.features import (
-    FeatureCache,
-    PassStats,
-    extract_features,
-    feature_key,
-    shard_features,
-)
+from training.model.features import PassStats, extract_features, shard_features
 
 
 @dataclass
