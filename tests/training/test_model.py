@@ -13,6 +13,7 @@ from monitor.featurise import Featuriser  # noqa: E402
 from monitor.schedule import Schedule  # noqa: E402
 from monitor.signals import SIGNAL_NAMES, signal_matrix  # noqa: E402
 from tests.training.conftest import FEAT, make_runs  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
 from training.data.examples import (  # noqa: E402
     prefix_examples,
     run_weights,
@@ -28,7 +29,7 @@ from training.model.classifier import (  # noqa: E402
 )
 from training.model.features import PassStats, extract_features  # noqa: E402
 from training.model.finetune import add_lora, finetune, merge_lora  # noqa: E402
-from training.model.probe import fit_probe, head_scores  # noqa: E402
+from training.model.probe import ProbeRows, fit_probe, head_scores  # noqa: E402
 
 EVERY_STEP = Schedule(min_steps=1, every=1, persist=1)
 
@@ -182,7 +183,8 @@ def test_resumed_feature_cache_gives_identical_scores(model, featuriser, runs, t
 
 def test_probe_learns(model, featuriser, runs):
     feats, sig, ex, hid, s = _probe_data(model, featuriser, runs)
-    fit = fit_probe(model, hid, s, ex.label, ex.weight, [runs[i].agent for i in ex.run], C=1.0)
+    agents = [runs[i].agent for i in ex.run]
+    fit = fit_probe(model, ProbeRows(hid, s, ex.label, ex.weight, agents), C=1.0)
     assert fit.train_loss < 0.8 * fit.initial_loss
     assert float(model.head.weight.detach().abs().sum()) > 0
     scores = head_scores(model, hid, s)
@@ -195,11 +197,7 @@ def test_probe_learns(model, featuriser, runs):
     # standardisation, the hidden scale and the asinh of the signals into it.
     fit = fit_probe(
         model,
-        hid,
-        s,
-        ex.label,
-        ex.weight,
-        ["x"] * len(ex.label),
+        ProbeRows(hid, s, ex.label, ex.weight, ["x"] * len(ex.label)),
         C=0.3,
         hidden_scale=0.1,
         agent_columns=False,
@@ -216,21 +214,20 @@ def test_finetune_heads_train(head, model, featuriser, runs, tmp_path):
     examples = window_examples(featuriser, runs[:8], sig, ex)
     assert sum(len(e["positions"]) for e in examples) == len(ex)
     before = {k: v.clone() for k, v in model.backbone.state_dict().items()}
-    if head == "lora":
-        add_lora(
-            model, r=4, alpha=8, dropout=0.0, top_layers=1, target_modules=["q_proj", "v_proj"]
-        )
-    model.train()
-    losses = finetune(
-        model,
-        examples[:4],
-        out_dir=tmp_path,
+    tc = TrainConfig(
         max_steps=12,
         lr=3e-2,
         batch_size=4,
-        logging_steps=1,
         progress=False,
+        lora_r=4,
+        lora_alpha=8,
+        lora_top_layers=1,
+        lora_targets=["q_proj", "v_proj"],
     )
+    if head == "lora":
+        add_lora(model, tc)
+    model.train()
+    losses = finetune(model, examples[:4], tc, out_dir=tmp_path, logging_steps=1)
     merge_lora(model)
     assert len(losses) == 12
     assert np.isfinite(losses).all()
@@ -281,10 +278,11 @@ def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs)
     assert set(folds.tolist()) == {0, 1, 2}
     feats, sig, ex, hid, s = _probe_data(model, featuriser, runs)
     agents = [runs[i].agent for i in ex.run]
-    fit_probe(model, hid, s, ex.label, ex.weight, agents, C=0.1, hidden_scale=0.1)
+    rows = ProbeRows(hid, s, ex.label, ex.weight, agents)
+    fit_probe(model, rows, C=0.1, hidden_scale=0.1)
     served = [head_scores(model, f.hidden, g) for f, g in zip(feats, sig, strict=True)]
     oof = out_of_fold_scores(
-        model, runs, [f.hidden for f in feats], sig, ex.run, hid, s, ex.label, ex.weight,
+        model, runs, [f.hidden for f in feats], sig, ex.run, rows,
         C=0.1, hidden_scale=0.1, folds=3, seed=0,
     )  # fmt: skip
     # the served head is restored
@@ -292,8 +290,7 @@ def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs)
     assert all(np.array_equal(a, b) for a, b in zip(served, again, strict=True))
     # a run's out-of-fold score is the probe fitted on the other folds' examples only
     keep = folds[ex.run] != 0
-    fit_probe(model, hid[keep], s[keep], ex.label[keep], ex.weight[keep],
-              [a for a, k in zip(agents, keep, strict=True) if k], C=0.1, hidden_scale=0.1)  # fmt: skip
+    fit_probe(model, rows.take(keep), C=0.1, hidden_scale=0.1)
     i = int(np.flatnonzero(folds == 0)[0])
     assert np.allclose(oof[i], head_scores(model, feats[i].hidden, sig[i]))
     assert not np.allclose(oof[i], served[i])

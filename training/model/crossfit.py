@@ -24,7 +24,7 @@ import numpy as np
 
 from monitor.types import Trajectory
 from training.model.classifier import PrefixClassifier
-from training.model.probe import fit_probe, head_scores
+from training.model.probe import ProbeRows, fit_probe, head_scores
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,7 @@ def out_of_fold_scores(
     hidden: Sequence[np.ndarray],
     signals: Sequence[np.ndarray],
     example_run: np.ndarray,
-    x_hidden: np.ndarray,
-    x_signals: np.ndarray,
-    labels: np.ndarray,
-    weights: np.ndarray,
+    rows: ProbeRows,
     *,
     C: float,
     hidden_scale: float,
@@ -63,13 +60,11 @@ def out_of_fold_scores(
     Args:
         model: the classifier whose fitted head is kept (saved before, restored after).
         runs, hidden, signals: the training runs and their per-step boundary features / signals.
-        example_run, x_hidden, x_signals, labels, weights: the probe's training examples (run
-            index of each example and its rows), as `fit_probe` takes them.
+        example_run, rows: the probe's training examples: the run index of each, and its rows.
         C, hidden_scale, agent_columns: the probe settings picked on validation.
         folds, seed: the instance folds.
     """
     fold = instance_folds(runs, folds, seed=seed)
-    agents = np.array([runs[i].agent for i in example_run])
     saved = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")}
     out: list[np.ndarray | None] = [None] * len(runs)
     try:
@@ -77,11 +72,7 @@ def out_of_fold_scores(
             keep = fold[example_run] != f
             fit_probe(
                 model,
-                x_hidden[keep],
-                x_signals[keep],
-                labels[keep],
-                weights[keep],
-                list(agents[keep]),
+                rows.take(keep),
                 C=C,
                 hidden_scale=hidden_scale,
                 agent_columns=agent_columns,

@@ -6,7 +6,6 @@ head starts from the probe (training.model.probe), fitted on frozen features fir
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,25 +65,18 @@ def _trainer_class() -> type:
     return PrefixTrainer
 
 
-def add_lora(
-    model: PrefixClassifier,
-    *,
-    r: int,
-    alpha: int,
-    dropout: float,
-    top_layers: int,
-    target_modules: Sequence[str],
-) -> None:
-    """Wrap the backbone with LoRA adapters on its top `top_layers` layers (in place)."""
+def add_lora(model: PrefixClassifier, tc: TrainConfig) -> None:
+    """Wrap the backbone with LoRA adapters (tc.lora_*) on its top tc.lora_top_layers layers
+    (in place)."""
     from peft import LoraConfig, get_peft_model
 
     n = int(model.backbone.config.num_hidden_layers)
-    top = min(max(top_layers, 1), n)
+    top = min(max(tc.lora_top_layers, 1), n)
     cfg = LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=list(target_modules),
+        r=tc.lora_r,
+        lora_alpha=tc.lora_alpha,
+        lora_dropout=tc.lora_dropout,
+        target_modules=list(tc.lora_targets),
         layers_to_transform=list(range(n - top, n)),
         layers_pattern="layers",
     )
@@ -105,36 +97,13 @@ def tune_backbone(
     head: str,
     out_dir: str | Path,
 ) -> list[float]:
-    """Fine-tune `model` with every train.* setting of `tc`: LoRA adapters on the top layers
+    """Fine-tune `model` with the train.* settings of `tc`: LoRA adapters on the top layers
     (head "lora", merged back afterwards) or all weights (head "full"). Returns the logged
     losses; the model is left in training mode, in the dtype it was tuned in."""
     if head == "lora":
-        add_lora(
-            model,
-            r=tc.lora_r,
-            alpha=tc.lora_alpha,
-            dropout=tc.lora_dropout,
-            top_layers=tc.lora_top_layers,
-            target_modules=tc.lora_targets,
-        )
+        add_lora(model, tc)
     model.train()
-    losses = finetune(
-        model,
-        windows,
-        out_dir=out_dir,
-        epochs=tc.epochs,
-        max_steps=tc.max_steps,
-        lr=tc.lr,
-        batch_size=tc.batch_size,
-        grad_accum=tc.grad_accum,
-        weight_decay=tc.weight_decay,
-        warmup_steps=tc.warmup_steps,
-        seed=tc.seed,
-        bf16=tc.bf16,
-        gradient_checkpointing=tc.gradient_checkpointing,
-        save_steps=tc.save_steps,
-        progress=tc.progress,
-    )
+    losses = finetune(model, windows, tc, out_dir=out_dir)
     merge_lora(model)
     return losses
 
@@ -142,51 +111,41 @@ def tune_backbone(
 def finetune(
     model: PrefixClassifier,
     examples: list[dict[str, Any]],
+    tc: TrainConfig,
     *,
     out_dir: str | Path,
-    epochs: float = 1.0,
-    max_steps: int = -1,
-    lr: float = 1e-4,
-    batch_size: int = 4,
-    grad_accum: int = 1,
-    weight_decay: float = 0.0,
-    warmup_steps: int = 0,
-    seed: int = 0,
-    bf16: bool = False,
-    gradient_checkpointing: bool = False,
     logging_steps: int = 10,
-    save_steps: int = 0,
-    progress: bool = True,
 ) -> list[float]:
-    """Train `model` (LoRA-wrapped or not) on window examples; returns the logged losses.
+    """Train `model` (LoRA-wrapped or not) on window examples with the optimiser settings of
+    `tc` (epochs, max_steps, lr, batch_size, ...); returns the logged losses.
 
     Examples are dicts with input_ids, positions, signals, labels, weights (see `collate`).
     Parameters with requires_grad=False (the frozen base under LoRA) stay fixed.
     """
     from transformers import TrainingArguments
 
-    if gradient_checkpointing and hasattr(model.backbone, "gradient_checkpointing_enable"):
+    if tc.gradient_checkpointing and hasattr(model.backbone, "gradient_checkpointing_enable"):
         model.backbone.gradient_checkpointing_enable()
     args = TrainingArguments(
         output_dir=str(out_dir),
-        per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=grad_accum,
-        num_train_epochs=epochs,
-        max_steps=max_steps,
-        learning_rate=lr,
-        weight_decay=weight_decay,
-        warmup_steps=warmup_steps,
+        per_device_train_batch_size=tc.batch_size,
+        gradient_accumulation_steps=tc.grad_accum,
+        num_train_epochs=tc.epochs,
+        max_steps=tc.max_steps,
+        learning_rate=tc.lr,
+        weight_decay=tc.weight_decay,
+        warmup_steps=tc.warmup_steps,
         lr_scheduler_type="linear",
         logging_steps=logging_steps,
-        save_strategy="steps" if save_steps > 0 else "no",
-        save_steps=max(save_steps, 1),
-        seed=seed,
-        bf16=bf16,
+        save_strategy="steps" if tc.save_steps > 0 else "no",
+        save_steps=max(tc.save_steps, 1),
+        seed=tc.seed,
+        bf16=tc.bf16,
         use_cpu=not torch.cuda.is_available(),
         remove_unused_columns=False,
         label_names=["labels"],
         report_to=[],
-        disable_tqdm=not progress,
+        disable_tqdm=not tc.progress,
         dataloader_num_workers=0,
     )
     trainer = _trainer_class()(

@@ -53,13 +53,35 @@ def _log_loss(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
     return float(np.average(-(y * np.log(p) + (1 - y) * np.log(1 - p)), weights=w))
 
 
+@dataclass
+class ProbeRows:
+    """The probe's training rows, one per example prefix.
+
+    Attributes:
+        hidden: (N, F) boundary features.
+        signals: (N, S) raw signal values (S = model.n_signals; may be 0 columns).
+        labels: (N,) 1 = unresolved.
+        weights: (N,) example weights.
+        agents: (N,) agent of each example's run.
+    """
+
+    hidden: np.ndarray
+    signals: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+    agents: list[str]
+
+    def take(self, keep: np.ndarray) -> ProbeRows:
+        """The rows where the boolean mask `keep` is set."""
+        agents = [a for a, k in zip(self.agents, keep, strict=True) if k]
+        return ProbeRows(
+            self.hidden[keep], self.signals[keep], self.labels[keep], self.weights[keep], agents
+        )
+
+
 def fit_probe(
     model: PrefixClassifier,
-    hidden: np.ndarray,
-    signals: np.ndarray,
-    labels: np.ndarray,
-    weights: np.ndarray,
-    agents: Sequence[str],
+    rows: ProbeRows,
     *,
     C: float = 0.1,
     hidden_scale: float = 1.0,
@@ -70,11 +92,7 @@ def fit_probe(
 
     Args:
         model: the classifier; its head and signal buffers are overwritten.
-        hidden: (N, H) boundary hidden states.
-        signals: (N, S) raw signal values (S = model.n_signals; may be 0 columns).
-        labels: (N,) 1 = unresolved.
-        weights: (N,) example weights.
-        agents: (N,) agent of each example's run.
+        rows: the training rows.
         C: inverse L2 strength of the logistic regression.
         hidden_scale: the standardised hidden columns are multiplied by this before fitting, so
             their L2 penalty is 1 / hidden_scale**2 times that of the signal columns (hundreds
@@ -82,9 +100,10 @@ def fit_probe(
         agent_columns: add agent one-hot columns while fitting (see module docstring).
         max_iter: lbfgs iterations.
     """
-    w = np.asarray(weights, dtype=np.float64)
+    hidden, signals, agents = rows.hidden, rows.signals, rows.agents
+    w = np.asarray(rows.weights, dtype=np.float64)
     w = w * len(w) / w.sum()
-    y = np.asarray(labels, dtype=np.int64)
+    y = np.asarray(rows.labels, dtype=np.int64)
     h_mean, h_std = _std(hidden, w)
     h_std = h_std / hidden_scale
     if model.signal_transform == "asinh":
@@ -116,11 +135,7 @@ def fit_probe(
 
 def select_probe(
     model: PrefixClassifier,
-    hidden: np.ndarray,
-    signals: np.ndarray,
-    labels: np.ndarray,
-    weights: np.ndarray,
-    agents: Sequence[str],
+    rows: ProbeRows,
     *,
     pairs: Sequence[tuple[float, float]],
     agent_columns: bool = True,
@@ -129,7 +144,7 @@ def select_probe(
     """Fit the probe for every (C, hidden_scale) pair and keep the best head on validation.
 
     Args:
-        model, hidden, signals, labels, weights, agents, agent_columns: as for `fit_probe`.
+        model, rows, agent_columns: as for `fit_probe`.
         pairs: the (C, hidden_scale) grid, fitted in this order.
         val_criterion: scores the head just fitted on validation runs -> (criterion, details);
             higher is better. None: no selection, so `pairs` must hold one pair.
@@ -143,17 +158,7 @@ def select_probe(
     best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None] | None = None
     selection: dict[str, dict[str, Any]] = {}
     for c, scale in pairs:
-        fit = fit_probe(
-            model,
-            hidden,
-            signals,
-            labels,
-            weights,
-            agents,
-            C=c,
-            hidden_scale=scale,
-            agent_columns=agent_columns,
-        )
+        fit = fit_probe(model, rows, C=c, hidden_scale=scale, agent_columns=agent_columns)
         crit, details = val_criterion() if val_criterion is not None else (None, None)
         selection[f"C={c:g},hidden_scale={scale:g}"] = {
             "C": c,

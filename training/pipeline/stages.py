@@ -24,7 +24,7 @@ from training.data.runs import Labelled, labelled_runs, stratified_subsample
 from training.data.splits import Splits, make_splits
 from training.evaluate.auroc import auroc_report
 from training.model.classifier import PrefixClassifier
-from training.model.probe import ProbeFit, head_scores, select_probe
+from training.model.probe import ProbeFit, ProbeRows, head_scores, select_probe
 from training.pipeline.encode import Encoded, Encoder, encode
 
 log = logging.getLogger(__name__)
@@ -95,15 +95,14 @@ class HeadFit:
         probe: the kept fit (already in the model's head).
         selection: every (C, hidden scale) tried -> criterion, per-agent AUROC, training loss.
         criterion: the kept pair's validation criterion (None without validation runs).
-        examples: the training prefixes; x_hidden / x_signals: their rows (N, F) / (N, S).
+        examples: the training prefixes; rows: what the probe was fitted on, one per prefix.
     """
 
     probe: ProbeFit
     selection: dict[str, dict[str, Any]]
     criterion: float | None
     examples: PrefixSet
-    x_hidden: np.ndarray
-    x_signals: np.ndarray
+    rows: ProbeRows
 
     def summary(self) -> dict[str, Any]:
         """What the experiments report of a fit."""
@@ -129,20 +128,22 @@ def fit_head(
     pair)."""
     tc = cfg.train
     ex = probe_examples(cfg, train.runs)
-    x_h, x_s = ex.rows(train.hidden), ex.rows(train.signals)
-    pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
-    fit, selection, crit = select_probe(
-        model,
-        x_h,
-        x_s,
+    rows = ProbeRows(
+        ex.rows(train.hidden),
+        ex.rows(train.signals),
         ex.label,
         ex.weight,
         [train.runs[i].agent for i in ex.run],
+    )
+    pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
+    fit, selection, crit = select_probe(
+        model,
+        rows,
         pairs=pairs,
         agent_columns=cfg.model.agent_columns,
         val_criterion=(lambda: probe_criterion(model, val)) if val is not None else None,
     )
-    return HeadFit(fit, selection, crit, ex, x_h, x_s)
+    return HeadFit(fit, selection, crit, ex, rows)
 
 
 def fine_tune(
@@ -200,10 +201,7 @@ def train_oof_records(
         train.hidden,
         train.signals,
         ex.run,
-        head.x_hidden,
-        head.x_signals,
-        ex.label,
-        ex.weight,
+        head.rows,
         C=head.probe.C,
         hidden_scale=head.probe.hidden_scale,
         agent_columns=cfg.model.agent_columns,
