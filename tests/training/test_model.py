@@ -34,6 +34,18 @@ from training.model.probe import ProbeRows, fit_probe, head_scores  # noqa: E402
 EVERY_STEP = Schedule(min_steps=1, every=1, persist=1)
 
 
+def save_tiny(model, path, tiny_model_dir):
+    """Save a classifier on the tiny model as `failfast train` does (probe head)."""
+    return save_classifier(
+        model,
+        path,
+        tokenizer_dir=tiny_model_dir,
+        base="tiny",
+        head_kind="probe",
+        featuriser=FEAT.model_dump(),
+    )
+
+
 def _probe_data(model, featuriser, runs):
     feats = extract_features(model, featuriser, runs, progress=False)
     sig = [signal_matrix(r) for r in runs]
@@ -57,14 +69,7 @@ def test_scores_are_probabilities_and_save_load_round_trip(
     assert logits.shape == (1, len(win.boundaries))
     p = torch.sigmoid(logits)
     assert ((p > 0) & (p < 1)).all()
-    save_classifier(
-        model,
-        tmp_path / "m",
-        tokenizer_dir=tiny_model_dir,
-        base="tiny",
-        head_kind="probe",
-        featuriser=FEAT.model_dump(),
-    )
+    save_tiny(model, tmp_path / "m", tiny_model_dir)
     meta = json.loads((tmp_path / "m" / "classifier.json").read_text())
     assert meta["n_layers"] == 2
     assert meta["signal_names"] == list(SIGNAL_NAMES)
@@ -132,14 +137,7 @@ def test_mean_pooled_features_one_pass_and_round_trip(tiny_model_dir, featuriser
     with torch.no_grad():
         torch.nn.init.normal_(model.head.weight, std=0.5)
         model.signal_std.fill_(3.0)
-    save_classifier(
-        model,
-        tmp_path / "m",
-        tokenizer_dir=tiny_model_dir,
-        base="tiny",
-        head_kind="probe",
-        featuriser=FEAT.model_dump(),
-    )
+    save_tiny(model, tmp_path / "m", tiny_model_dir)
     assert json.loads((tmp_path / "m" / "classifier.json").read_text())["pooling"] == "last+mean"
     again = load_classifier(tmp_path / "m")
     assert again.pooling == "last+mean"

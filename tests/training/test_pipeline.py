@@ -16,21 +16,23 @@ from training.data.splits import load_splits  # noqa: E402
 from training.pipeline.train import run_pipeline  # noqa: E402
 
 
+def tiny_config(tiny_model_dir, tmp_path, **sections) -> PipelineConfig:
+    """The tiny model cut to 1 layer, checks from step 2, a cache under tmp_path; `sections`
+    add to each config section."""
+    base = {
+        "featurise": FEAT.model_dump(),
+        "policy": {"min_steps": 2, "every": 1},
+        "model": {"base": str(tiny_model_dir), "n_layers": 1},
+        "train": {"cache_dir": str(tmp_path / "cache"), "progress": False},
+    }
+    for name, more in sections.items():
+        base[name] = {**base.get(name, {}), **more}
+    return PipelineConfig.model_validate(base)
+
+
 def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
     runs = make_runs(20, seed=1)
-    cfg = PipelineConfig.model_validate(
-        {
-            "featurise": FEAT.model_dump(),
-            "policy": {"min_steps": 2, "every": 1},
-            "model": {"base": str(tiny_model_dir), "n_layers": 1},
-            "train": {
-                "cache_dir": str(tmp_path / "cache"),
-                "progress": False,
-                "bundle": False,
-                "probe_C": [0.1, 1.0],
-            },
-        }
-    )
+    cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False, "probe_C": [0.1, 1.0]})
     m1 = run_pipeline(cfg, runs, tmp_path / "out1")
     out = tmp_path / "out1"
     for f in (
@@ -76,19 +78,11 @@ def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path
     from serving.scorer import Scorer
 
     runs = make_runs(12, seed=2)
-    cfg = PipelineConfig.model_validate(
-        {
-            "featurise": FEAT.model_dump(),
-            "policy": {"min_steps": 2, "every": 1},
-            "model": {"base": str(tiny_model_dir), "n_layers": 1, "pooling": "last+mean"},
-            "train": {
-                "cache_dir": str(tmp_path / "cache"),
-                "progress": False,
-                "probe_C": [0.3],
-                "probe_hidden_scale": [0.5],
-                "baselines": False,
-            },
-        }
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        model={"pooling": "last+mean"},
+        train={"probe_C": [0.3], "probe_hidden_scale": [0.5], "baselines": False},
     )
     run_pipeline(cfg, runs, tmp_path / "out")
     out = tmp_path / "out"
@@ -110,16 +104,12 @@ def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path
 
 def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_model_dir, tmp_path):
     runs = make_runs(20, seed=1)
-    cfg = PipelineConfig.model_validate(
-        {
-            "featurise": FEAT.model_dump(),
-            "policy": {"min_steps": 2, "every": 1},
-            "model": {"base": str(tiny_model_dir), "n_layers": 1},
-            "thresholds": {"calibration": "val+train-oof", "crossfit_folds": 3},
-            "train": {"cache_dir": str(tmp_path / "cache"), "progress": False, "bundle": True,
-                      "baselines": False},
-        }
-    )  # fmt: skip
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3},
+        train={"bundle": True, "baselines": False},
+    )
     run_pipeline(cfg, runs, tmp_path / "out")
     out = tmp_path / "out"
     splits = load_splits(out / "splits.json")
