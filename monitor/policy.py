@@ -18,7 +18,8 @@ from monitor.schedule import Schedule
 
 
 class AnalyserConfig(TranscriptRule):
-    """The transcript-analyser rule as a halt; off by default (it stops 46% of good runs)."""
+    """The transcript-analyser rule as a halt; off by default: it stops many runs that would have
+    succeeded (docs/RESULTS.md)."""
 
     enabled: bool = Field(
         default=False, description="Stop when the transcript-analyser rule fires."
