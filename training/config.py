@@ -80,7 +80,7 @@ class TrainConfig(StrictModel):
     best validation AUROC (mean over agents of the 25/50/75 %/overall figures) wins."""
     probe_hidden_scale: list[float] = Field(default_factory=lambda: [0.05, 0.1])
     """Scales of the standardised hidden columns tried (smaller = stronger L2 on them than on the
-    signals; see training.heads.fit_probe)."""
+    signals; see training.model.probe.fit_probe)."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True
