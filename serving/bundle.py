@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +17,6 @@ from typing import Any
 
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable
-
-log = logging.getLogger(__name__)
 
 MANIFEST = "monitor.json"
 BUNDLE_FORMAT = 1

@@ -129,7 +129,8 @@ def _find_thresholds(bundle: Path | None, train_dir: Path | None) -> ThresholdTa
         log.warning(
             "no thresholds.json: picking thresholds now on %s's validation records", train_dir
         )
-        cfg = load_pipeline_config(train_dir / "config.yaml")
+        config = train_dir / "config.yaml"
+        cfg = load_pipeline_config(config if config.is_file() else None)
         return ThresholdPicker(cfg.thresholds, schedule=cfg.policy).fit(val).thresholds_
     raise SystemExit(
         "evaluate: no thresholds found (give --bundle or --train-dir with thresholds.json)"

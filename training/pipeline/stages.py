@@ -7,7 +7,6 @@ experiments (training.experiments) run the same stages on their own variants.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from training.model.classifier import PrefixClassifier
 from training.model.probe import ProbeFit, ProbeRows, head_scores, select_probe
 from training.pipeline.encode import Encoded, Encoder, encode
 
-log = logging.getLogger(__name__)
 EVAL_SPLITS = ("val", "test")
 
 
@@ -174,13 +172,11 @@ def fit_baselines(cfg: PipelineConfig, encoder: Encoder, train: Encoded, head: H
     return fit(encoder.featuriser, train.runs, head.examples, cfg.train, schedule=cfg.policy)
 
 
-def score_records(
-    model: PrefixClassifier, encoder: Encoder, data: Encoded, baselines: Mapping[str, Any]
-) -> list[RunRecord]:
-    """Records of `data` scored by the monitor ("monitor") and every learned baseline."""
+def score_records(encoder: Encoder, data: Encoded, baselines: Mapping[str, Any]) -> list[RunRecord]:
+    """Records of `data` scored by the encoder's model ("monitor") and every learned baseline."""
     from training.baselines.learned import baseline_run_scores
 
-    scores: dict[str, list[np.ndarray]] = {"monitor": score(model, data)}
+    scores: dict[str, list[np.ndarray]] = {"monitor": score(encoder.model, data)}
     per_run = [baseline_run_scores(baselines, encoder.featuriser, r) for r in data.runs]
     for name in baselines:
         scores[name] = [p[name] for p in per_run]

@@ -93,9 +93,8 @@ def run_pipeline(
     losses: list[float] = []
     if cfg.model.head != "probe":
         with timed(times, "finetune"):
-            kind = cfg.model.head
             losses, _ = stages.fine_tune(
-                encoder, data["train"], head, kind=kind, out_dir=out / "checkpoints"
+                encoder, data["train"], head, kind=cfg.model.head, out_dir=out / "checkpoints"
             )
             data.update(stages.reencode(encoder, {n: data[n] for n in stages.EVAL_SPLITS}))
     if not main_process:  # data-parallel work is done; the main process writes the outputs
@@ -109,7 +108,7 @@ def run_pipeline(
     with timed(times, "records"):
         records = {}
         for n in stages.EVAL_SPLITS:
-            records[n] = stages.score_records(encoder.model, encoder, data[n], baselines)
+            records[n] = stages.score_records(encoder, data[n], baselines)
             save_records(out / "records" / f"{n}.parquet", records[n])
         stages.save_model(cfg, encoder, head, out)
     times["total"] = time.perf_counter() - t_start
