@@ -19,10 +19,10 @@ import torch
 
 from monitor.featurise import Featuriser
 from monitor.reading import read_runs
-from training.backbone import resolve_base
 from training.config import load_pipeline_config
-from training.features import encode_windows
-from training.model import build_classifier
+from training.model.backbone import resolve_base
+from training.model.classifier import build_classifier
+from training.model.features import encode_windows
 
 ROOT = Path(__file__).resolve().parents[1]
 

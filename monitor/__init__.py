@@ -6,8 +6,10 @@ No torch and no onnxruntime here: a harness that only watches runs imports this 
 from monitor.errors import BundleError, ConfigError, LabelError, TranscriptError
 from monitor.policy import PolicyConfig
 from monitor.reading import read_runs, read_trajectory
+from monitor.schedule import Schedule
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor, Session
+from monitor.thresholds import Thresholds, ThresholdTable
 from monitor.types import Decision, Flag, RestartPacket, Step, Totals, Trajectory
 
 __all__ = [
@@ -19,9 +21,12 @@ __all__ = [
     "Monitor",
     "PolicyConfig",
     "RestartPacket",
+    "Schedule",
     "ScriptedScorer",
     "Session",
     "Step",
+    "ThresholdTable",
+    "Thresholds",
     "Totals",
     "Trajectory",
     "TranscriptError",

@@ -2,10 +2,8 @@
 
 Order of precedence when several reasons fire at once: budgets, then the error streak, stuck
 patterns, context thrash, format errors, the transcript-analyser rule, and last the learned
-score. The check schedule (min_steps, every, persist) applies to the learned score: the score
-stops a run at the first checked step where the last `persist` checked scores all reach the
-threshold (training.thresholds.first_stop is the offline twin); the heuristic halts are hard
-limits and apply at every step.
+score. The learned score follows the check schedule (monitor.schedule: min_steps, every,
+persist); the heuristic halts are hard limits and apply at every step.
 """
 
 from __future__ import annotations
@@ -14,39 +12,24 @@ from typing import Any
 
 from pydantic import Field
 
-from monitor.config import StrictModel
 from monitor.flags import FlagConfig
 from monitor.halts import Budget, Hit, StuckLimits, TranscriptRule
+from monitor.schedule import Schedule
 
 
 class AnalyserConfig(TranscriptRule):
-    """The transcript-analyser rule as a halt; off by default (it stops 46% of good runs)."""
+    """The transcript-analyser rule as a halt; off by default: it stops many runs that would have
+    succeeded (docs/RESULTS.md)."""
 
     enabled: bool = Field(
         default=False, description="Stop when the transcript-analyser rule fires."
     )
 
 
-class PolicyConfig(StrictModel):
-    """How the monitor decides. Every halt can be switched off; budgets are off until set."""
+class PolicyConfig(Schedule):
+    """How the monitor decides: the check schedule of the score (Schedule's fields) and the
+    halts. Every halt can be switched off; budgets are off until set."""
 
-    min_steps: int = Field(
-        default=3, ge=1, description="First prefix length at which a score may stop."
-    )
-    every: int = Field(
-        default=1, ge=1, description="Check the score every this many steps after that."
-    )
-    # Default 2 chosen on validation records only (quick run, min_steps 3, every 1, conformal
-    # per-agent thresholds): 5-fold CV by instance within validation, monitor FPR/tokens saved at
-    # target 5%: persist 1 3.5%/3.1%, 2 5.3%/6.4%, 3 5.8%/5.6%; at 10%: 9.0/8.4, 8.9/13.4, 7.7/14.3.
-    persist: int = Field(
-        default=2,
-        ge=1,
-        description=(
-            "Stop by score only when this many consecutive checked scores reach the threshold "
-            "(1: one checked score is enough)."
-        ),
-    )
     threshold: float | None = Field(
         default=None, description="Stop threshold on the score; None: the scorer session's own."
     )
@@ -82,11 +65,6 @@ class PolicyConfig(StrictModel):
     flags: FlagConfig = Field(
         default_factory=lambda: FlagConfig(), description="Review flags (issue 8)."
     )
-
-
-def is_checked(k: int, cfg: PolicyConfig) -> bool:
-    """True when the score may stop the run at prefix length k (steps 1..k seen)."""
-    return k >= cfg.min_steps and (k - cfg.min_steps) % cfg.every == 0
 
 
 def heuristic_hits(

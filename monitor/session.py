@@ -26,7 +26,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key, short_call
-from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, is_checked, warn_evidence
+from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
 from monitor.protocols import ScoreSession, StepScorer
 from monitor.signals import SignalTracker
 from monitor.types import Decision, Flag, RestartPacket, Step
@@ -166,7 +166,7 @@ class Session:
         hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
         if hits:
             return self._stop(hits[0].reason, hits_evidence(hits), values, score, threshold, flags)
-        if is_checked(k, self.config):
+        if self.config.is_checked(k):
             if score is None:
                 self._checked.clear()  # a gap breaks the streak
             else:
@@ -174,7 +174,7 @@ class Session:
         if (
             score is not None
             and threshold is not None
-            and is_checked(k, self.config)
+            and self.config.is_checked(k)
             and len(self._checked) == self.config.persist
             and min(self._checked) >= threshold
         ):

@@ -1,6 +1,6 @@
 """A model bundle on disk: load it, verify file hashes and versions, look up thresholds.
 
-Layout (MODEL_CONTRACT.md): model.onnx (+ .data), model_kv.onnx (+ .data), optional
+Layout (docs/BUNDLE.md): model.onnx (+ .data), model_kv.onnx (+ .data), optional
 model.int8.onnx / model_kv.int8.onnx, tokenizer.json, monitor.json, README.md, baselines/.
 monitor.json holds everything the scorer needs besides the graphs (featuriser config, signal
 names, thresholds, policy, versions) and the sha256 of every other file in the bundle.
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import BundleError
-
-log = logging.getLogger(__name__)
+from monitor.thresholds import Thresholds, ThresholdTable
 
 MANIFEST = "monitor.json"
 BUNDLE_FORMAT = 1
@@ -63,21 +61,6 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 
 @dataclass
-class Thresholds:
-    """The thresholds a session uses, and where they came from.
-
-    Attributes:
-        stop: stop threshold on the score (inf: no stop by score, warn only).
-        warn: warn threshold on the score.
-        source: "agent", "pooled", "pooled-unknown-agent" or "refused".
-    """
-
-    stop: float
-    warn: float
-    source: str
-
-
-@dataclass
 class Bundle:
     """A loaded, verified bundle.
 
@@ -98,21 +81,15 @@ class Bundle:
         return list(self.manifest.get("signal_names") or [])
 
     @property
-    def thresholds(self) -> dict[str, Any]:
-        return dict(self.manifest.get("thresholds") or {})
+    def thresholds(self) -> ThresholdTable | None:
+        """thresholds.json as exported (None: the bundle was exported without thresholds)."""
+        th = self.manifest.get("thresholds")
+        return ThresholdTable.model_validate(th) if th else None
 
     @property
     def policy(self) -> dict[str, Any]:
-        """The PolicyConfig dict. `persist` is the one the thresholds were calibrated for (their
-        schedule's; missing there = 1: thresholds from before persistence existed assume one
-        checked score stops a run); without thresholds, the policy's own, else 1."""
-        policy = dict(self.manifest.get("policy") or {})
-        sched = self.thresholds.get("schedule")
-        if isinstance(sched, dict):
-            policy["persist"] = int(sched.get("persist", 1))
-        else:
-            policy.setdefault("persist", 1)
-        return policy
+        """The PolicyConfig dict; its schedule is the one the thresholds were calibrated for."""
+        return dict(self.manifest.get("policy") or {})
 
     @property
     def target(self) -> float:
@@ -137,40 +114,12 @@ class Bundle:
         return p
 
     def thresholds_for(self, agent: str | None, target: float | None = None) -> Thresholds:
-        """Stop/warn thresholds for `agent` (MODEL_CONTRACT lookup rule).
-
-        The agent's own threshold when it has one for the target; else the pooled one, with a
-        warning when the agent was never calibrated; refused everywhere -> no stop by score.
-        """
-        target = self.target if target is None else target
-        th = self.thresholds
-        per_agent = th.get("per_agent") or {}
-        pooled = th.get("pooled") or {}
-
-        def stop_of(entry: dict[str, Any]) -> float | None:
-            for key, val in (entry.get("stop") or {}).items():
-                if abs(float(key) - target) < 1e-9 and "threshold" in val:
-                    return float(val["threshold"])
-            return None
-
-        own = per_agent.get(agent) if agent is not None else None
-        if agent is not None and own is None and per_agent:
-            # thresholds.json before group_by was recorded: keyed by agent family
-            key = th.get("group_by", "agent")
-            log.warning(
-                "%r has no calibrated thresholds (they are keyed by %s: %s); using the pooled ones",
-                agent,
-                key,
-                ", ".join(sorted(per_agent)),
-            )
-        entry = own or pooled
-        warn = float(entry.get("warn", pooled.get("warn", math.inf)))
-        if own is not None and (t := stop_of(own)) is not None:
-            return Thresholds(t, warn, "agent")
-        if (t := stop_of(pooled)) is not None:
-            source = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
-            return Thresholds(t, warn, source)
-        return Thresholds(math.inf, warn, "refused")
+        """Stop/warn thresholds for `agent` at `target` (default: the bundle's), by the one
+        lookup rule (monitor.thresholds.ThresholdTable.lookup); no thresholds: no stop by score."""
+        table = self.thresholds
+        if table is None:
+            return Thresholds(math.inf, math.inf, "refused")
+        return table.lookup(agent, self.target if target is None else target)
 
 
 def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:

@@ -26,8 +26,9 @@ import numpy as np
 from monitor.errors import BundleError
 from monitor.featurise import Featuriser, FeaturiserConfig
 from monitor.signals import SIGNAL_NAMES, SignalTracker, signal_matrix
+from monitor.thresholds import Thresholds
 from monitor.types import Step, Trajectory
-from serving.bundle import Bundle, Thresholds, load_bundle
+from serving.bundle import Bundle, load_bundle
 
 log = logging.getLogger(__name__)
 

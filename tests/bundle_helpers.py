@@ -18,7 +18,7 @@ THRESHOLDS = {
     "mode": "bound",
     "confidence": 0.95,
     "method": "clopper-pearson",
-    "schedule": {"min_steps": 2, "every": 1},
+    "schedule": {"min_steps": 2, "every": 1, "persist": 1},
     "targets": [0.05, 0.1],
     "per_agent": {
         "mini-swe-agent": {
@@ -56,9 +56,10 @@ def build_tiny_bundle(
 
     from monitor.featurise import FeaturiserConfig
     from monitor.signals import SIGNAL_NAMES
-    from training.backbone import load_backbone
-    from training.export import ExportConfig, write_bundle
-    from training.model import PrefixClassifier, save_classifier
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+    from training.model.backbone import load_backbone
+    from training.model.classifier import PrefixClassifier, save_classifier
 
     torch.manual_seed(0)
     model = PrefixClassifier(load_backbone(tiny_model_dir), SIGNAL_NAMES, pooling=pooling)

@@ -1,16 +1,14 @@
-"""The training pipeline config (configs/*.yaml): one small class per section.
+"""The pipeline config (configs/*.yaml): one small class per section, unknown keys an error.
 
 Sections: data, featurise (monitor.featurise.FeaturiserConfig), policy (monitor.policy.PolicyConfig:
-the check schedule min_steps / every decides which prefixes are training examples), model, train,
-thresholds, evaluate, export. The last three belong to training.thresholds, training.evaluation and
-training.export; when one of those modules is missing its section is kept as a plain mapping.
-Unknown keys are an error everywhere else.
+its check schedule decides which prefixes are training examples and is what thresholds are
+calibrated for), model, train, thresholds, evaluate, export.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -18,18 +16,8 @@ from monitor.config import StrictModel, load_config
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
 
-try:
-    from training.thresholds import ThresholdConfig
-except ImportError:  # written in parallel; keep configs loadable meanwhile
-    ThresholdConfig = None  # type: ignore[assignment,misc]
-try:
-    from training.evaluation import EvalConfig
-except ImportError:
-    EvalConfig = None  # type: ignore[assignment,misc]
-try:
-    from training.export import ExportConfig
-except ImportError:
-    ExportConfig = None  # type: ignore[assignment,misc]
+DEFAULT_TARGETS = (0.01, 0.02, 0.05, 0.1, 0.25)
+"""Run-level FPR targets a thresholds.json holds by default."""
 
 
 class DataConfig(StrictModel):
@@ -64,7 +52,7 @@ class ModelConfig(StrictModel):
     signal_transform: Literal["asinh", "none"] = "asinh"
     """Transform of the raw signals before standardising (asinh: a signed log)."""
     agent_columns: bool = True
-    """Fit the probe with agent one-hot columns (dropped after fitting; see training.heads)."""
+    """Fit the probe with agent one-hot columns (dropped after fitting; see training.model.probe)."""
     pooling: Literal["last", "last+mean"] = "last"
     """Boundary features the head reads: "last" = the hidden state at the step boundary;
     "last+mean" = that state and the causal mean of the window's hidden states up to it."""
@@ -92,13 +80,13 @@ class TrainConfig(StrictModel):
     best validation AUROC (mean over agents of the 25/50/75 %/overall figures) wins."""
     probe_hidden_scale: list[float] = Field(default_factory=lambda: [0.05, 0.1])
     """Scales of the standardised hidden columns tried (smaller = stronger L2 on them than on the
-    signals; see training.heads.fit_probe)."""
+    signals; see training.model.probe.fit_probe)."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True
     """Fit the signals and TF-IDF baselines."""
     bundle: bool = True
-    """At the end, pick thresholds (training.thresholds) and export the bundle to OUT/bundle."""
+    """At the end, pick thresholds (training.calibrate.thresholds) and export the bundle to OUT/bundle."""
     signals_C: float = Field(1.0, gt=0)
     """Inverse L2 strength of the signals baseline."""
     tfidf_C: float = Field(1.0, gt=0)
@@ -149,8 +137,67 @@ class TrainConfig(StrictModel):
     """Modules that get LoRA adapters."""
 
 
-def _section(cls: Any) -> Any:
-    return cls if cls is not None else dict[str, Any]
+class ThresholdConfig(StrictModel):
+    """How stop and warn thresholds are picked from validation records."""
+
+    mode: Literal["bound", "empirical"] = "bound"
+    """`bound`: an upper bound on the run-level FPR (see `method`) must be within the target;
+    `empirical`: the observed validation FPR must be."""
+    method: Literal["conformal", "clopper-pearson"] = "conformal"
+    """The bound of `bound` mode: marginal split-conformal (j+1)/(n+1), or the one-sided
+    Clopper-Pearson bound at `confidence`."""
+    confidence: float = Field(0.95, gt=0.0, lt=1.0)
+    """Confidence of the one-sided upper bound."""
+    targets: list[float] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
+    """Run-level FPR targets to pick a threshold for."""
+    warn_fraction: float = Field(0.25, gt=0.0, lt=1.0)
+    """Share of resolved validation runs allowed to see a warn (the warn level's empirical FPR)."""
+    group_by: Literal["agent", "source"] = "agent"
+    """Record field the thresholds are conditioned on (group-conditional / Mondrian)."""
+    scorer: str = "monitor"
+    """Which score in RunRecord.scores the thresholds apply to."""
+    calibration: Literal["val", "val+train-oof"] = "val"
+    """Calibration runs of `failfast train`: the validation split, or the validation split plus
+    the training runs scored out of fold (training.model.crossfit; more resolved runs per agent, so
+    lower certified thresholds for agents with few)."""
+    crossfit_folds: int = Field(5, ge=2)
+    """Instance folds of `val+train-oof`."""
+
+
+class EvalConfig(StrictModel):
+    """Offline evaluation settings."""
+
+    target_fpr: float = Field(0.05, gt=0.0, lt=1.0)
+    """Run-level FPR target whose thresholds are evaluated."""
+    confidence: float = Field(0.95, gt=0.0, lt=1.0)
+    """Confidence of the realized-FPR interval and upper bound."""
+    monitor_token_price: float = Field(0.02, ge=0.0)
+    """Cost of one token the monitor encodes, in agent-LLM tokens (net savings)."""
+    scorer: str = "monitor"
+    """Score in the records that is the learned monitor."""
+    score_baselines: list[str] = Field(default_factory=lambda: ["signals_lr", "tfidf_lr"])
+    """Scores in the records evaluated as baselines at the monitor's realized FPR."""
+    group_by: str = "agent"
+    """Record field thresholds and FPR matching are conditioned on."""
+    n_plot_runs: int = 6
+    """Resolved and unresolved runs each drawn in the score-over-steps plot."""
+
+
+class ExportConfig(StrictModel):
+    """Options of `failfast export`."""
+
+    opset: int = Field(default=17, ge=14, description="ONNX opset of the exported graphs.")
+    int8: bool = Field(default=False, description="Also write int8 dynamically quantised graphs.")
+    atol: float = Field(
+        default=1e-4, gt=0, description="Largest allowed |onnxruntime - torch| logit."
+    )
+    check_batch: int = Field(default=3, ge=1, description="Batch size of the post-export check.")
+    check_length: int = Field(
+        default=53, ge=8, description="Sequence length of the post-export check."
+    )
+    target: float = Field(
+        default=0.05, gt=0, lt=1, description="Run-level FPR target served by default."
+    )
 
 
 class PipelineConfig(StrictModel):
@@ -161,11 +208,9 @@ class PipelineConfig(StrictModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
-    thresholds: _section(ThresholdConfig) = Field(  # type: ignore[valid-type]
-        default_factory=ThresholdConfig or dict
-    )
-    evaluate: _section(EvalConfig) = Field(default_factory=EvalConfig or dict)  # type: ignore[valid-type]
-    export: _section(ExportConfig) = Field(default_factory=ExportConfig or dict)  # type: ignore[valid-type]
+    thresholds: ThresholdConfig = Field(default_factory=ThresholdConfig)
+    evaluate: EvalConfig = Field(default_factory=EvalConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
 
 
 def load_pipeline_config(

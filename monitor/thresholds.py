@@ -1,0 +1,124 @@
+"""thresholds.json as types, and the one rule that gives a run its stop and warn thresholds.
+
+training.calibrate fits the file on validation records: per threshold group (agent family, or
+source) and pooled, a stop threshold for each run-level FPR target (or the reason it was refused)
+and one warn threshold, under the check schedule the thresholds were calibrated for. A bundle
+carries it in monitor.json; serving and offline evaluation both look thresholds up with
+`ThresholdTable.lookup`. docs/BUNDLE.md describes the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from monitor.config import StrictModel
+from monitor.schedule import Schedule
+
+log = logging.getLogger(__name__)
+
+
+def target_key(target: float) -> str:
+    """The JSON key of a target: 0.05 -> "0.05", 0.1 -> "0.1"."""
+    return f"{target:g}"
+
+
+class StopThreshold(StrictModel):
+    """One target of one group: a threshold with its validation FPR and bound, or a refusal."""
+
+    threshold: float | None = None
+    """Stop when the schedule's checked scores reach this."""
+    fpr_val: float | None = None
+    """Run-level FPR of the threshold on the calibration runs."""
+    fpr_upper_bound: float | None = None
+    """Upper bound on the run-level FPR (the table's method and confidence)."""
+    refused: str | None = None
+    """Why the target cannot be certified with this group's calibration runs (no threshold)."""
+
+
+class GroupThresholds(StrictModel):
+    """The thresholds of one group (or the pooled ones)."""
+
+    n_resolved: int
+    """Resolved calibration runs of the group."""
+    stop: dict[str, StopThreshold] = Field(default_factory=dict)
+    """Target key (`target_key`) -> stop threshold or refusal."""
+    warn: float
+    """Warn when a single checked score reaches this."""
+
+    def stop_at(self, target: float) -> float | None:
+        """The stop threshold for `target`, None when refused or not fitted."""
+        for key, entry in self.stop.items():
+            if abs(float(key) - target) < 1e-9 and entry.threshold is not None:
+                return entry.threshold
+        return None
+
+
+@dataclass
+class Thresholds:
+    """The thresholds a run uses, and where they came from.
+
+    Attributes:
+        stop: stop threshold on the score (inf: no stop by score, warn only).
+        warn: warn threshold on the score (inf: never warns by score).
+        source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+    """
+
+    stop: float
+    warn: float
+    source: str
+
+
+class ThresholdTable(StrictModel):
+    """thresholds.json: per-group and pooled thresholds, and how they were picked."""
+
+    mode: str
+    """"bound" (an upper bound on the FPR within the target) or "empirical"."""
+    confidence: float
+    """Confidence of the bound."""
+    method: str
+    """"conformal", "clopper-pearson" or "empirical"."""
+    schedule: Schedule
+    """The check schedule the thresholds were calibrated for (the served policy uses it)."""
+    group_by: str = "agent"
+    """What the per_agent keys name: the run's "agent" family or its "source"."""
+    targets: list[float]
+    """Run-level FPR targets fitted."""
+    per_agent: dict[str, GroupThresholds] = Field(default_factory=dict)
+    """Group name -> its thresholds."""
+    pooled: GroupThresholds
+    """All calibration runs together: the fallback of refused targets and unknown groups."""
+    calibration: dict[str, Any] | None = None
+    """Which runs calibrated the table, per group (written by `failfast train`)."""
+
+    def lookup(self, agent: str | None, target: float) -> Thresholds:
+        """Stop and warn thresholds of `agent` (a group name) at `target`.
+
+        The agent's own stop threshold when it has one for the target; else the pooled one
+        (source "pooled", or "pooled-unknown-agent", with a warning, for an agent never
+        calibrated); refused everywhere: no stop by score (inf, source "refused"). The warn
+        threshold is the agent's own when it was calibrated, else the pooled one.
+        """
+        own = self.per_agent.get(agent) if agent is not None else None
+        if agent is not None and own is None and self.per_agent:
+            log.warning(
+                "%r has no calibrated thresholds (they are keyed by %s: %s); using the pooled ones",
+                agent,
+                self.group_by,
+                ", ".join(sorted(self.per_agent)),
+            )
+        warn = (own or self.pooled).warn
+        if own is not None and (t := own.stop_at(target)) is not None:
+            return Thresholds(t, warn, "agent")
+        if (t := self.pooled.stop_at(target)) is not None:
+            source = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
+            return Thresholds(t, warn, source)
+        return Thresholds(math.inf, warn, "refused")
+
+    def to_json(self) -> dict[str, Any]:
+        """The thresholds.json dict (unset fields left out: a refused target has no threshold)."""
+        return self.model_dump(mode="json", exclude_none=True)

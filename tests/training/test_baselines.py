@@ -1,0 +1,38 @@
+"""Learned baselines: the TF-IDF per-prefix shortcut equals the pipeline; the signals baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from monitor.schedule import Schedule  # noqa: E402
+from monitor.signals import signal_matrix  # noqa: E402
+from training.baselines import learned as bl  # noqa: E402
+from training.data.examples import (  # noqa: E402
+    prefix_examples,
+)
+
+EVERY_STEP = Schedule(min_steps=1, every=1, persist=1)
+
+
+def test_tfidf_run_scores_match_pipeline(featuriser, runs):
+    ex = prefix_examples(runs, schedule=EVERY_STEP)
+    steps = [ex.step[ex.run == i] for i in range(len(runs))]
+    w = [ex.weight[ex.run == i] for i in range(len(runs))]
+    pipe = bl.fit_tfidf_lr(featuriser, runs, steps, [0 if r.resolved else 1 for r in runs], w)
+    r = runs[1]
+    pieces = bl.run_pieces(featuriser, r)
+    texts = ["".join(pieces[: k + 1]) for k in range(1, len(r.steps) + 1)]
+    np.testing.assert_allclose(
+        bl.tfidf_run_scores(pipe, featuriser, r), pipe.predict_proba(texts)[:, 1]
+    )
+    sig_pipe = bl.fit_signals_lr(
+        np.stack([signal_matrix(x)[-1] for x in runs]),
+        np.array([0 if x.resolved else 1 for x in runs]),
+        np.ones(len(runs)),
+    )
+    s = bl.signals_run_scores(sig_pipe, signal_matrix(r))
+    assert s.shape == (len(r.steps),)
+    assert ((s > 0) & (s < 1)).all()

@@ -1,0 +1,81 @@
+"""Data stage: instance splits, prefix examples and weights, runs from a corpus."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from monitor.errors import ConfigError  # noqa: E402
+from monitor.schedule import Schedule  # noqa: E402
+from monitor.types import Trajectory  # noqa: E402
+from training.data.examples import (  # noqa: E402
+    prefix_examples,
+    run_weights,
+)
+from training.data.runs import labelled_runs, stratified_subsample  # noqa: E402
+from training.data.splits import load_splits, make_splits, save_splits  # noqa: E402
+from training.model.cache import run_hash  # noqa: E402
+
+EVERY_STEP = Schedule(min_steps=1, every=1, persist=1)
+
+
+def test_splits_do_not_leak(runs, tmp_path):
+    s = make_splits(runs, fractions=(0.5, 0.25, 0.25), seed=3)
+    parts = [set(s.train), set(s.val), set(s.test)]
+    assert not (parts[0] & parts[1])
+    assert not (parts[0] & parts[2])
+    assert not (parts[1] & parts[2])
+    assert set().union(*parts) == {r.instance_id for r in runs}
+    assert (len(s.train), len(s.val), len(s.test)) == (8, 4, 4)
+    for r in runs:  # every run of an instance is in the split of its instance
+        assert r in s.select(runs, s.of(r.instance_id))
+    assert make_splits(runs, fractions=(0.5, 0.25, 0.25), seed=3) == s
+    assert make_splits(runs, fractions=(0.5, 0.25, 0.25), seed=4).train != s.train
+    save_splits(tmp_path / "splits.json", s)
+    assert load_splits(tmp_path / "splits.json") == s
+    d = s.to_dict()
+    d["val"].append(d["train"][0])
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="in both train and val"):
+        load_splits(tmp_path / "bad.json")
+
+
+def test_examples_weights_and_unknown_labels(runs):
+    extra = Trajectory(
+        id="x", instance_id="inst-x", agent="alpha", steps=runs[0].steps, resolved=None
+    )
+    lab = labelled_runs([*runs, extra])
+    assert len(lab.runs) == len(runs)
+    assert lab.unknown == {"alpha": 1}
+    w = run_weights(lab.runs, balance="agent_class")
+    assert w.mean() == pytest.approx(1.0)
+    cells: dict = {}
+    for r, wi in zip(lab.runs, w, strict=True):
+        cells[(r.agent, r.resolved)] = cells.get((r.agent, r.resolved), 0) + wi
+    assert len(cells) == 4
+    assert np.allclose(list(cells.values()), len(runs) / 4)
+    sched = Schedule(min_steps=2, every=2)
+    ex = prefix_examples(lab.runs, schedule=sched, weights=w)
+    for i, r in enumerate(lab.runs):  # each run carries its run weight, spread over its prefixes
+        assert ex.weight[ex.run == i].sum() == pytest.approx(w[i])
+        assert ex.step[ex.run == i].tolist() == sched.checked_steps(len(r.steps)).tolist()
+    assert set(ex.label[ex.run == 0]) == {0 if lab.runs[0].resolved else 1}
+    sub = stratified_subsample(lab.runs, 20, seed=0)
+    assert len(sub) <= 22
+    assert {r.agent for r in sub} == {"alpha", "beta"}
+
+
+def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):
+    from monitor.corpus import write_corpus
+    from training.data.runs import load_runs
+
+    write_corpus(runs, tmp_path)
+    again = load_runs([tmp_path])
+    assert [r.id for r in again] == [r.id for r in runs]
+    assert [r.resolved for r in again] == [r.resolved for r in runs]
+    # the feature cache is keyed by content: a corpus round trip must not invalidate it
+    assert [run_hash(r) for r in again] == [run_hash(r) for r in runs]

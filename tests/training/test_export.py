@@ -1,0 +1,191 @@
+"""ONNX export: both graphs match torch, the bundle is complete and verified, the CLI works."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tests.bundle_helpers import shared_bundle
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_model_dir, tmp_path_factory):
+    return shared_bundle(tiny_model_dir, tmp_path_factory)
+
+
+def test_bundle_files_and_manifest(bundle):
+    names = {p.name for p in bundle.iterdir()}
+    assert {"model.onnx", "model_kv.onnx", "model.int8.onnx", "model_kv.int8.onnx"} <= names
+    assert {"tokenizer.json", "monitor.json", "README.md", "baselines"} <= names
+    m = json.loads((bundle / "monitor.json").read_text())
+    assert m["versions"]["bundle_format"] == 1
+    assert m["export"]["full_max_abs_diff"] <= 1e-4
+    assert m["export"]["kv_max_abs_diff"] <= 1e-4
+    assert 0 < m["export"]["int8_max_abs_diff"] < 0.5
+    assert m["featuriser"]["window_tokens"] == 640
+    assert len(m["signal_names"]) == 25
+    assert m["kv"] == {"n_layers": 2, "kv_heads": 4, "head_dim": 4, "pooled_hidden": 0}
+    assert m["classifier"]["pooling"] == "last"
+    # the schedule of thresholds.json is the policy's
+    assert (m["policy"]["min_steps"], m["policy"]["every"]) == (2, 1)
+    # every file but monitor.json is hashed, baselines included
+    assert "baselines/signals_lr.joblib" in m["files"]
+    assert "monitor.json" not in m["files"]
+    assert "Intended use" in (bundle / "README.md").read_text()
+
+
+def test_graphs_match_torch_on_other_shapes(bundle, tiny_model_dir):
+    """Batch 4, length 71: neither was used at export; padded rows included."""
+    import onnxruntime as ort
+    import torch
+
+    from training.model.classifier import load_classifier
+
+    model = load_classifier(bundle.parent / "model")
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, 300, (4, 71), generator=g)
+    mask = torch.ones(4, 71, dtype=torch.long)
+    mask[2, 40:] = 0
+    pos = torch.tensor([[3, 20, 39]] * 4)
+    sig = torch.rand(4, 3, 25, generator=g) * 100
+    with torch.no_grad():
+        ref = model(ids, mask, pos, sig).numpy()
+    sess = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(
+        ["logits"],
+        {
+            "input_ids": ids.numpy(),
+            "attention_mask": mask.numpy(),
+            "positions": pos.numpy(),
+            "signals": sig.numpy(),
+        },
+    )[0]
+    assert got.shape == (4, 3)
+    assert np.abs(got - ref).max() <= 1e-4
+
+
+def test_mean_pooled_kv_graph_carries_the_running_mean(tiny_model_dir, tmp_path_factory):
+    """pooling last+mean: model_kv.onnx fed in three chunks (running hidden sum/count passed
+    along with the KV cache) gives the whole-rendering logits at each chunk's last token."""
+    import onnxruntime as ort
+    import torch
+
+    from training.export.graphs import kv_names
+    from training.model.classifier import load_classifier
+
+    bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
+    m = json.loads((bundle / "monitor.json").read_text())
+    assert m["classifier"]["pooling"] == "last+mean"
+    assert m["kv"]["pooled_hidden"] == 16
+    assert m["export"]["full_max_abs_diff"] <= 1e-4
+    assert m["export"]["kv_max_abs_diff"] <= 1e-4
+    model = load_classifier(bundle.parent / "model")
+    assert model.pooling == "last+mean"
+    sess = ort.InferenceSession(str(bundle / "model_kv.onnx"), providers=["CPUExecutionProvider"])
+    past_names, present_names = kv_names(2, pooled=True)
+    assert [i.name for i in sess.get_inputs()][3:] == past_names
+    assert [o.name for o in sess.get_outputs()][1:] == present_names
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(1, 300, (1, 61), generator=g)
+    cuts = [(0, 17), (17, 18), (18, 61)]  # one chunk of a single token
+    sig = torch.rand(1, 3, 25, generator=g) * 50
+    with torch.no_grad():
+        ref = model(ids, torch.ones_like(ids), torch.tensor([[16, 17, 60]]), sig).numpy()[0]
+        h = model.features(ids, torch.ones_like(ids))[0].numpy()
+    state = [np.zeros((1, 16), np.float32), np.zeros((1, 1), np.float32)]
+    state += [np.zeros((1, 4, 0, 4), np.float32)] * 4
+    got = []
+    for j, (a, b) in enumerate(cuts):
+        feed = {
+            "input_ids": ids[:, a:b].numpy(),
+            "attention_mask": np.ones((1, b), np.int64),
+            "signals": sig[:, j].numpy(),
+            **dict(zip(past_names, state, strict=True)),
+        }
+        logits, *state = sess.run(None, feed)
+        got.append(float(logits[0]))
+        assert state[1][0, 0] == b  # the count of tokens in the window so far
+        np.testing.assert_allclose(state[0][0], h[:b].sum(axis=0), rtol=1e-4, atol=1e-4)
+    assert np.abs(np.array(got) - ref).max() <= 1e-4
+
+
+def test_export_without_signals(tiny_model_dir, tmp_path):
+    """A head with no signal columns: the unused signals input is pruned, scoring still works."""
+    import torch
+
+    from monitor.featurise import FeaturiserConfig
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+    from training.model.backbone import load_backbone
+    from training.model.classifier import PrefixClassifier, save_classifier
+
+    model = PrefixClassifier(load_backbone(tiny_model_dir), [])
+    torch.nn.init.normal_(model.head.weight, std=1.0)
+    d = save_classifier(
+        model,
+        tmp_path / "m",
+        tokenizer_dir=tiny_model_dir,
+        base="tiny",
+        head_kind="probe",
+        featuriser=FeaturiserConfig(window_tokens=256).model_dump(),
+    )
+    report = write_bundle(d, tmp_path / "b", cfg=ExportConfig(check_batch=2, check_length=40))
+    assert report.full_max_abs_diff <= 1e-4
+    assert report.kv_max_abs_diff <= 1e-4
+    from serving.scorer import Scorer
+    from tests.bundle_helpers import make_run
+
+    scorer = Scorer.load(tmp_path / "b")
+    scores = scorer.score_run(make_run(6))
+    assert len(scores) == 6
+    assert all(0 < s < 1 for s in scores)
+    # no thresholds.json: no stop by score
+    assert math.isinf(scorer.thresholds("mini-swe-agent").stop)
+
+
+def test_export_refuses_non_bundle_folder(tiny_model_dir, tmp_path, bundle):
+    from monitor.errors import BundleError
+    from training.export.bundle import write_bundle
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "precious.txt").write_text("keep me")
+    with pytest.raises(BundleError, match="not empty and not a bundle"):
+        write_bundle(bundle.parent / "model", tmp_path / "x")
+    assert (tmp_path / "x" / "precious.txt").read_text() == "keep me"
+
+
+def test_export_cli(bundle, tmp_path, capsys):
+    from training.cli import main
+
+    rc = main(["export", "--model", str(bundle.parent / "model"), "--out", str(tmp_path / "cli")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    diffs = [
+        float(line.split("=")[1].split()[0])
+        for line in out.splitlines()
+        if "onnxruntime - torch" in line
+    ]
+    assert len(diffs) == 2
+    assert max(diffs) <= 1e-4
+    assert (tmp_path / "cli" / "monitor.json").is_file()
+
+
+def test_int8_auroc_change(bundle):
+    from tests.bundle_helpers import make_run
+    from training.export.bundle import int8_auroc_change
+
+    runs = [make_run(4 + i % 5, seed=i) for i in range(8)]
+    for i, r in enumerate(runs):
+        r.resolved = i % 2 == 0
+    out = int8_auroc_change(bundle, runs)
+    assert set(out) == {"mini-swe-agent", "pooled"}
+    row = out["pooled"]
+    assert 0 <= row["fp32"] <= 1
+    assert 0 <= row["int8"] <= 1
+    assert row["delta"] == pytest.approx(row["int8"] - row["fp32"])
+    assert row["runs"] == 8

@@ -1,0 +1,143 @@
+"""`failfast train` end to end on the tiny random Llama: outputs, cache, bundle agreement, calibration."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.training.conftest import FEAT, make_runs  # noqa: E402
+from training.config import PipelineConfig  # noqa: E402
+from training.data.records import load_records  # noqa: E402
+from training.data.splits import load_splits  # noqa: E402
+from training.pipeline.train import run_pipeline  # noqa: E402
+
+
+def tiny_config(tiny_model_dir, tmp_path, **sections) -> PipelineConfig:
+    """The tiny model cut to 1 layer, checks from step 2, a cache under tmp_path; `sections`
+    add to each config section."""
+    base = {
+        "featurise": FEAT.model_dump(),
+        "policy": {"min_steps": 2, "every": 1},
+        "model": {"base": str(tiny_model_dir), "n_layers": 1},
+        "train": {"cache_dir": str(tmp_path / "cache"), "progress": False},
+    }
+    for name, more in sections.items():
+        base[name] = {**base.get(name, {}), **more}
+    return PipelineConfig.model_validate(base)
+
+
+def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
+    runs = make_runs(20, seed=1)
+    cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False, "probe_C": [0.1, 1.0]})
+    m1 = run_pipeline(cfg, runs, tmp_path / "out1")
+    out = tmp_path / "out1"
+    for f in (
+        "config.yaml",
+        "data_summary.json",
+        "splits.json",
+        "metrics.json",
+        "records/val.parquet",
+        "records/test.parquet",
+        "baselines/signals_lr.joblib",
+        "baselines/tfidf_lr.joblib",
+        "model/model.safetensors",
+        "model/head.safetensors",
+        "model/tokenizer.json",
+    ):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "model" / "config.json").read_text())["num_hidden_layers"] == 1
+    assert set(m1["per_agent"]) == {"alpha", "beta"}
+    assert set(m1["per_agent"]["alpha"]["monitor"]) == {"0.25", "0.5", "0.75", "overall"}
+    assert m1["feature_pass"]["runs_encoded"] > 0
+    val = load_records(out / "records" / "val.parquet")
+    splits = load_splits(out / "splits.json")
+    assert {r.instance_id for r in val} <= set(splits.val)
+    for r in val:
+        assert set(r.scores) == {"monitor", "signals_lr", "tfidf_lr"}
+        assert len(r.scores["monitor"]) == r.n_steps
+        assert r.encoded_tokens > 0
+        assert ((r.scores["monitor"] > 0) & (r.scores["monitor"] < 1)).all()
+    cfg.train.bundle = True  # thresholds.json and the serving bundle at the end
+    m2 = run_pipeline(cfg, runs, tmp_path / "out2")
+    assert (tmp_path / "out2" / "thresholds.json").is_file()
+    assert (tmp_path / "out2" / "bundle" / "model.onnx").is_file()
+    assert m2["feature_pass"]["runs_encoded"] == 0
+    assert m2["feature_pass"]["runs_cached"] > 0
+    again = load_records(tmp_path / "out2" / "records" / "val.parquet")
+    for a, b in zip(val, again, strict=True):
+        assert np.array_equal(a.scores["monitor"], b.scores["monitor"])
+
+
+def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path):
+    """pooling last+mean end to end: the probe on cached [last ; mean] features scores the test
+    runs as the exported bundle does (whole renderings and live KV sessions)."""
+    from serving.scorer import Scorer
+
+    runs = make_runs(12, seed=2)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        model={"pooling": "last+mean"},
+        train={"probe_C": [0.3], "probe_hidden_scale": [0.5], "baselines": False},
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    assert json.loads((out / "model" / "classifier.json").read_text())["pooling"] == "last+mean"
+    assert any(p.name.endswith("-last-mean") for p in (tmp_path / "cache" / "features").glob("*/*"))
+    scorer = Scorer.load(out / "bundle", threads=1)
+    assert scorer.pooled
+    by_id = {r.id: r for r in runs}
+    test = load_records(out / "records" / "test.parquet")
+    assert test
+    for rec in test[:4]:
+        traj = by_id[rec.run_id]
+        full = np.array(scorer.score_run(traj))
+        np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
+        sess = scorer.start(traj.task, traj.agent)
+        live = [sess.observe(st) for st in traj.steps]
+        np.testing.assert_allclose(live, full, atol=1e-4)
+
+
+def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_model_dir, tmp_path):
+    runs = make_runs(20, seed=1)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3},
+        train={"bundle": True, "baselines": False},
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    splits = load_splits(out / "splits.json")
+    oof = load_records(out / "records" / "train_oof.parquet")
+    val = load_records(out / "records" / "val.parquet")
+    assert oof
+    assert {r.instance_id for r in oof} <= set(splits.train)
+    th = json.loads((out / "thresholds.json").read_text())
+    cal = th["calibration"]
+    assert cal["records"] == "val+train-oof"
+    for agent in ("alpha", "beta"):
+        rs = [r for r in val + oof if r.agent == agent]
+        assert cal["per_agent"][agent] == {
+            "runs": len(rs),
+            "resolved": sum(bool(r.resolved) for r in rs),
+        }
+        assert th["per_agent"][agent]["n_resolved"] == cal["per_agent"][agent]["resolved"]
+
+
+def test_val_train_oof_with_a_fine_tuned_head_fails_before_training(tiny_model_dir, tmp_path):
+    cfg = PipelineConfig.model_validate(
+        {
+            "featurise": FEAT.model_dump(),
+            "model": {"base": str(tiny_model_dir), "n_layers": 1, "head": "lora"},
+            "thresholds": {"calibration": "val+train-oof"},
+            "train": {"cache_dir": str(tmp_path / "cache"), "progress": False},
+        }
+    )
+    with pytest.raises(ValueError, match="needs model.head=probe"):
+        run_pipeline(cfg, make_runs(4), tmp_path / "out")
+    assert not (tmp_path / "cache" / "features").exists()  # nothing was encoded

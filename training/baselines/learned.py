@@ -1,0 +1,178 @@
+"""Learned baselines on the same splits as the monitor (scikit-learn, saved with joblib).
+
+- `signals_lr`: logistic regression on the loop signals (monitor.signals.signal_matrix rows),
+  after arcsinh (a signed log, so large counts do not dominate) and standardisation.
+- `tfidf_lr`: TF-IDF + logistic regression on the rendered prefix text (the featuriser's header
+  and step pieces, without the window limit).
+
+Both pipelines take their natural input (`predict_proba(signal rows)`, `predict_proba([text])`).
+To score every prefix of a run cheaply, `tfidf_run_scores` adds up per-piece term counts instead
+of re-vectorising each prefix; pieces start and end with a newline, so no token spans two pieces
+and the result equals the pipeline applied to each prefix text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import joblib
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+from monitor.featurise import Featuriser
+from monitor.schedule import Schedule
+from monitor.signals import signal_matrix
+from monitor.types import Trajectory
+from training.config import TrainConfig
+from training.data.examples import PrefixSet, prefix_examples, run_weights
+from training.data.runs import label_of
+
+
+def signals_pipeline(C: float = 1.0) -> Pipeline:
+    """arcsinh -> StandardScaler -> LogisticRegression."""
+    return Pipeline(
+        [
+            ("asinh", FunctionTransformer(np.arcsinh)),
+            ("scale", StandardScaler()),
+            ("lr", LogisticRegression(C=C, max_iter=1000)),
+        ]
+    )
+
+
+def fit_signals_lr(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, C: float = 1.0) -> Pipeline:
+    """Fit the signals baseline on signal rows `x` (N, S), labels and example weights."""
+    pipe = signals_pipeline(C)
+    pipe.fit(x, y, lr__sample_weight=np.asarray(w) * len(w) / np.sum(w))
+    return pipe
+
+
+def run_pieces(featuriser: Featuriser, traj: Trajectory) -> list[str]:
+    """The header followed by one rendered piece per step (prefix k = pieces[: k + 1])."""
+    return [featuriser.header(traj.task, traj.agent)] + [
+        featuriser.render_step(s, k + 1) for k, s in enumerate(traj.steps)
+    ]
+
+
+def _prefix_counts(vec: CountVectorizer, pieces: Sequence[str]) -> sp.csr_matrix:
+    """(n_steps, V) term counts of prefixes 1..n (header included in every row)."""
+    counts = vec.transform(list(pieces))  # (n + 1, V) sparse
+    cols = np.unique(counts.indices)
+    dense = np.cumsum(counts[:, cols].toarray(), axis=0)[1:]  # (n, |cols|)
+    r, c = np.nonzero(dense)
+    return sp.csr_matrix((dense[r, c], (r, cols[c])), shape=(dense.shape[0], counts.shape[1]))
+
+
+def fit_tfidf_lr(
+    featuriser: Featuriser,
+    runs: Sequence[Trajectory],
+    steps: Sequence[np.ndarray],
+    y: Sequence[int],
+    w: Sequence[np.ndarray],
+    *,
+    max_features: int = 20000,
+    C: float = 1.0,
+) -> Pipeline:
+    """Fit the TF-IDF baseline.
+
+    Args:
+        featuriser: renders the text (its config sets the cuts).
+        runs: training runs.
+        steps: per run, the prefix lengths k used as examples.
+        y: per run, its label (1 = unresolved).
+        w: per run, the weight of each of its examples.
+        max_features: vocabulary size (terms by corpus frequency, fitted on whole runs).
+        C: inverse L2 strength.
+    """
+    vec = CountVectorizer(
+        max_features=max_features, token_pattern=r"(?u)\b\w\w+\b", dtype=np.float64
+    )
+    pieces = [run_pieces(featuriser, r) for r in runs]
+    vec.fit(["".join(p) for p in pieces])
+    rows, labels, weights = [], [], []
+    for p, ks, label, wk in zip(pieces, steps, y, w, strict=True):
+        if len(ks) == 0:
+            continue
+        rows.append(_prefix_counts(vec, p)[np.asarray(ks) - 1])
+        labels.append(np.full(len(ks), label))
+        weights.append(np.asarray(wk, dtype=np.float64))
+    x = sp.vstack(rows).tocsr()
+    tfidf = TfidfTransformer(sublinear_tf=True).fit(x)
+    lr = LogisticRegression(C=C, max_iter=1000)
+    ww = np.concatenate(weights)
+    lr.fit(tfidf.transform(x), np.concatenate(labels), sample_weight=ww * len(ww) / ww.sum())
+    return Pipeline([("counts", vec), ("tfidf", tfidf), ("lr", lr)])
+
+
+def tfidf_run_scores(pipe: Pipeline, featuriser: Featuriser, traj: Trajectory) -> np.ndarray:
+    """P(unresolved | prefix k) for k = 1..n, equal to pipe.predict_proba on each prefix text."""
+    vec, tfidf, lr = (pipe.named_steps[n] for n in ("counts", "tfidf", "lr"))
+    x = tfidf.transform(_prefix_counts(vec, run_pieces(featuriser, traj)))
+    return lr.predict_proba(x)[:, 1]
+
+
+def signals_run_scores(pipe: Pipeline, signals: np.ndarray) -> np.ndarray:
+    """P(unresolved | prefix k) from a run's signal matrix (n, S)."""
+    return pipe.predict_proba(signals)[:, 1] if len(signals) else np.zeros(0)
+
+
+def fit_baselines(
+    featuriser: Featuriser,
+    runs: Sequence[Trajectory],
+    examples: PrefixSet,
+    tc: TrainConfig,
+    *,
+    schedule: Schedule,
+) -> dict[str, Pipeline]:
+    """Both baselines on the training runs: `signals_lr` on the probe's own examples (rows of
+    the full signal matrix), `tfidf_lr` on at most `tc.tfidf_max_prefixes_per_run` checked
+    prefixes per run (bounds its memory), with the probe's run weighting."""
+    signals = examples.rows([signal_matrix(r) for r in runs])
+    pipes = {"signals_lr": fit_signals_lr(signals, examples.label, examples.weight, C=tc.signals_C)}
+    tf = prefix_examples(
+        runs,
+        schedule=schedule,
+        weights=run_weights(runs, balance=tc.balance),
+        max_per_run=tc.tfidf_max_prefixes_per_run,
+    )
+    pipes["tfidf_lr"] = fit_tfidf_lr(
+        featuriser,
+        runs,
+        [tf.step[tf.run == i] for i in range(len(runs))],
+        [label_of(r) for r in runs],
+        [tf.weight[tf.run == i] for i in range(len(runs))],
+        max_features=tc.tfidf_max_features,
+        C=tc.tfidf_C,
+    )
+    return pipes
+
+
+def baseline_run_scores(
+    pipes: Mapping[str, Pipeline], featuriser: Featuriser, traj: Trajectory
+) -> dict[str, np.ndarray]:
+    """P(unresolved | prefix k) for k = 1..n of every baseline in `pipes` (by name)."""
+    out = {}
+    if "signals_lr" in pipes:
+        out["signals_lr"] = signals_run_scores(pipes["signals_lr"], signal_matrix(traj))
+    if "tfidf_lr" in pipes:
+        out["tfidf_lr"] = tfidf_run_scores(pipes["tfidf_lr"], featuriser, traj)
+    return out
+
+
+def save_baselines(pipes: Mapping[str, Pipeline], folder: str | Path) -> None:
+    """Each pipeline as folder/NAME.joblib (folder created)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for name, pipe in pipes.items():
+        joblib.dump(pipe, Path(folder) / f"{name}.joblib")
+
+
+def load_baselines(folder: str | Path) -> dict[str, Pipeline]:
+    """The pipelines saved by `save_baselines` (none when the folder is absent)."""
+    folder = Path(folder)
+    return (
+        {p.stem: joblib.load(p) for p in sorted(folder.glob("*.joblib"))} if folder.is_dir() else {}
+    )

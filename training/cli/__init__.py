@@ -1,0 +1,38 @@
+"""The `failfast` command: one parser, one module per command group.
+
+The CLI sits in training/ because training is the top of the import graph
+(monitor <- serving <- training). Each module here registers its subcommands; every handler
+imports its heavy dependencies lazily, so `failfast check` or `failfast serve` never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from training.cli import experiments, monitor, serving, training
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `failfast` parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="failfast",
+        description="Early-failure monitor for coding agents: ingest, train, evaluate, serve.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    monitor.register(sub)
+    training.register(sub)
+    experiments.register(sub)
+    serving.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: sys.argv), set up logging and run the subcommand's handler."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    return int(args.func(args) or 0)

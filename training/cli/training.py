@@ -1,0 +1,175 @@
+"""`failfast train | evaluate | export | demo`: the training pipeline and its outputs.
+
+Imports at the top stay light; handlers import torch and the pipeline when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def pipeline_args(
+    p: argparse.ArgumentParser, *, data_help: str, out_help: str = "output folder"
+) -> None:
+    """--config, --data, --out and -o: what every command that runs the pipeline takes."""
+    p.add_argument("--config", help="pipeline config YAML (configs/quick.yaml, ...)")
+    p.add_argument("--data", nargs="+", required=True, help=data_help)
+    p.add_argument("--out", required=True, help=out_help)
+    p.add_argument(
+        "-o", "--override", action="append", default=[], help="dotted override, e.g. train.lr=1e-4"
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the training subcommands to the `failfast` parser."""
+    _register_train(sub)
+    _register_evaluate(sub)
+    _register_export(sub)
+    _register_demo(sub)
+
+
+def _register_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a trained classifier to an ONNX serving bundle",
+        description="Write model.onnx, model_kv.onnx, tokenizer.json, monitor.json and README.md.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="saved classifier folder (OUT/model)")
+    src.add_argument(
+        "--train-dir", help="training output folder (uses OUT/model and its thresholds)"
+    )
+    p.add_argument("--out", required=True, help="bundle folder to write")
+    p.add_argument(
+        "--int8", action="store_true", help="also write int8 dynamically quantised graphs"
+    )
+    p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target served")
+    p.add_argument(
+        "--val-data",
+        nargs="+",
+        help="with --int8 and --train-dir: the training data, to report the int8 AUROC change "
+        "on the validation split (splits.json)",
+    )
+    p.add_argument("--val-max-runs", type=int, default=80, help="validation runs to score (cap)")
+
+    def handler(args: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        from training.config import ExportConfig
+        from training.export.bundle import int8_auroc_change, write_bundle
+
+        train_dir = Path(args.train_dir) if args.train_dir else None
+        model = Path(args.model) if args.model else Path(args.train_dir) / "model"
+        cfg = ExportConfig(int8=args.int8, target=args.target_fpr)
+        report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
+        print(f"model.onnx: max |onnxruntime - torch| = {report.full_max_abs_diff:.3g} (fp32)")
+        print(f"model_kv.onnx: max |onnxruntime - torch| = {report.kv_max_abs_diff:.3g} (fp32)")
+        if report.int8_max_abs_diff is not None:
+            print(f"int8: max |int8 - fp32| logit = {report.int8_max_abs_diff:.3g}")
+        if args.int8 and args.val_data and train_dir is not None:
+            from training.data.runs import load_runs
+            from training.data.splits import load_splits
+
+            val = load_splits(train_dir / "splits.json").select(load_runs(args.val_data), "val")
+            for group, row in int8_auroc_change(args.out, val, max_runs=args.val_max_runs).items():
+                print(
+                    f"int8 AUROC change on validation [{group}]: fp32 {row['fp32']:.4f} -> "
+                    f"int8 {row['int8']:.4f} ({row['delta']:+.4f}, {row['runs']} runs)"
+                )
+        print(f"bundle: {args.out}")
+        return 0
+
+    p.set_defaults(func=handler)
+
+
+def _register_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train the prefix classifier and baselines; write records, metrics, thresholds, bundle",
+        description=(
+            "Read labelled runs (raw transcripts + label files, or an ingest output folder), split "
+            "them by instance, encode every prefix in one causal pass per window (cached), fit the "
+            "head and the baselines, and write OUT/ (see configs/*.yaml for every option)."
+        ),
+    )
+    pipeline_args(p, data_help="transcript paths or an ingest dir")
+
+    def handler(args: argparse.Namespace) -> int:
+        from training.config import load_pipeline_config
+        from training.pipeline.summary import format_metrics
+        from training.pipeline.train import main
+
+        metrics = main(load_pipeline_config(args.config, args.override), args.data, args.out)
+        print(format_metrics(metrics))
+        print(f"wrote {args.out}")
+        return 0
+
+    p.set_defaults(func=handler)
+
+
+def _register_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="offline ledger: tokens saved vs resolution, restarts, oracle, baselines, plots",
+        description=(
+            "Evaluate the monitor's thresholds (picked on the validation split) on the saved test "
+            "split of a training output, or on --records, or on --data scored with --bundle."
+        ),
+    )
+    p.add_argument("--bundle", help="bundle folder (thresholds from its monitor.json)")
+    p.add_argument("--train-dir", help="training output folder (records/, thresholds.json)")
+    p.add_argument("--records", nargs="+", help="saved RunRecord parquet file(s) to evaluate")
+    p.add_argument("--data", nargs="+", help="transcripts: for the rule baselines, or to score")
+    p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
+    p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target")
+    p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
+    p.add_argument("--plots", help="folder for the PNG plots")
+    p.add_argument("-o", "--override", action="append", default=[], help="EvalConfig key=value")
+
+    def handler(args: argparse.Namespace) -> int:
+        from monitor.config import load_config
+        from training.config import EvalConfig
+        from training.evaluate.inputs import find_inputs, write_report
+
+        cfg = load_config(EvalConfig, None, [f"target_fpr={args.target_fpr}", *args.override])
+        inputs = find_inputs(
+            bundle=args.bundle,
+            train_dir=args.train_dir,
+            records=args.records,
+            data=args.data,
+            score_data=args.score_data,
+        )
+        result = inputs.evaluate(cfg)
+        table = write_report(
+            result, inputs.records, cfg, json_path=args.json_out, plots_dir=args.plots
+        )
+        print(table, end="")
+        return 0
+
+    p.set_defaults(func=handler)
+
+
+def _register_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the whole pipeline: ingest, train, thresholds, bundle, evaluate at 5%% and 10%% FPR",
+        description=(
+            "Ingest DATA into OUT/corpus, train with CONFIG into OUT (thresholds, OUT/bundle), "
+            "evaluate on the saved test split at each target FPR (OUT/eval: JSON, markdown, "
+            "plots) and print the results table and the wall time of each stage."
+        ),
+    )
+    pipeline_args(p, data_help="folders of transcripts + label files")
+    p.add_argument(
+        "--targets", type=float, nargs="+", default=[0.05, 0.10], help="run-level FPR targets"
+    )
+
+    def handler(args: argparse.Namespace) -> int:
+        from training.config import load_pipeline_config
+        from training.pipeline.demo import run_demo
+
+        cfg = load_pipeline_config(args.config, args.override)
+        run_demo(cfg, args.data, args.out, targets=args.targets)
+        return 0
+
+    p.set_defaults(func=handler)

@@ -1,0 +1,218 @@
+"""The evaluation report: the monitor, the oracle and every baseline on the same runs.
+
+`evaluate` returns the JSON of `failfast evaluate` (keys `monitor`, `baselines`, `oracle`,
+`target_fpr`, `threshold`, `per_source`); `markdown_table` renders it. Score baselines and the
+Budget are set, per agent, to stop at most as many resolved runs as the monitor did on the same
+runs (equal realized FPR; this uses the evaluation runs' labels, only to align the comparison,
+never for the monitor); score baselines use the monitor's whole check schedule, persistence
+included (thresholds.json "schedule"). Rules without a knob (transcript-analyser rule, stuck patterns) and
+LoopBrake (calibrated on the validation split at its own target) report their own FPR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from monitor.schedule import Schedule
+from monitor.thresholds import ThresholdTable
+from training.config import EvalConfig
+from training.data.records import RunRecord, Stops, group_records
+from training.evaluate.auroc import auroc_at_fractions
+from training.evaluate.ledger import ledger_metrics, oracle_stops
+from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
+
+
+def rule_baselines(
+    records: Sequence[RunRecord],
+    monitor_stops: Stops,
+    signals: Mapping[str, np.ndarray],
+    budgets: Mapping[str, Any] | None,
+    *,
+    schedule: Schedule,
+    group_by: str,
+) -> tuple[dict[str, tuple[Stops, dict[str, Any]]], list[str]]:
+    """The rules replayed on the runs' signals (latched, under the checks of `schedule`): the
+    transcript-analyser rule, the stuck patterns, and the p95 Budget scaled to the monitor's
+    realized FPR per group. Returns ({name: (stops, info)}, notes)."""
+    from monitor.halts import StuckLimits, TranscriptRule
+    from training.baselines import rules as br
+
+    notes = []
+    missing = [r.run_id for r in records if r.run_id not in signals]
+    if missing:
+        notes.append(
+            f"rule baselines: no transcript for {len(missing)} runs; counted as not stopped"
+        )
+    sig = {r.run_id: signals[r.run_id] for r in records if r.run_id in signals}
+    out: dict[str, tuple[Stops, dict[str, Any]]] = {
+        "transcript_analyser": (
+            br.rule_stops(sig, lambda s: br.rule_fired(s, TranscriptRule()), schedule=schedule),
+            {"knob": None, "rule": "40 turns, 3 identical calls, 4 consecutive errors, $5"},
+        ),
+        "stuck_patterns": (
+            br.rule_stops(sig, lambda s: br.rule_fired(s, StuckLimits()), schedule=schedule),
+            {
+                "knob": None,
+                "rule": "OpenHands stuck patterns (4 same pair, 3 action-error, 3 monologue, 6 A-B)",
+            },
+        ),
+    }
+    if budgets:
+        groups = {r.run_id: str(getattr(r, group_by)) for r in records}
+
+        def budget_at(g: str, scale: float) -> Stops:
+            b = budgets.get(g)
+            return {
+                rid: (
+                    br.latched_stop(br.budget_fired(s, b, scale=scale), schedule=schedule)
+                    if b
+                    else None
+                )
+                for rid, s in sig.items()
+                if groups[rid] == g
+            }
+
+        st, scales = matched_knob_stops(records, monitor_stops, budget_at, group_by=group_by)
+        out["budget_p95"] = (
+            st,
+            {"knob": "scale of the p95 caps", "matched_to_monitor_fpr": True, "value": scales},
+        )
+    return out, notes
+
+
+def _section(
+    subset: list[RunRecord],
+    records: list[RunRecord],
+    stops: dict[str, Stops],
+    rules: Mapping[str, dict[str, Any]],
+    used: Mapping[str, dict[str, Any]],
+    cfg: EvalConfig,
+) -> dict[str, Any]:
+    """The report of one scope (a source, or all runs): ledgers, AUROC, thresholds used."""
+
+    def ledger(name: str, **kw: Any) -> dict[str, Any]:
+        return ledger_metrics(
+            subset, stops[name], confidence=cfg.confidence, restart_pool=records, **kw
+        )
+
+    scorers = [cfg.scorer, *(n for n in cfg.score_baselines if n in rules)]
+    groups = sorted({str(getattr(r, cfg.group_by)) for r in subset})
+    return {
+        "monitor": ledger("monitor", monitor_token_price=cfg.monitor_token_price),
+        "baselines": {name: {**ledger(name), "info": info} for name, info in rules.items()},
+        "oracle": ledger("oracle"),
+        "auroc": {s: auroc_at_fractions(subset, scorer=s) for s in scorers},
+        "threshold": {g: used[g] for g in groups},
+    }
+
+
+def evaluate(
+    records: Sequence[RunRecord],
+    thresholds: ThresholdTable,
+    *,
+    config: EvalConfig | None = None,
+    calibration: Sequence[RunRecord] | None = None,
+    signals: Mapping[str, np.ndarray] | None = None,
+    budgets: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Evaluate the monitor's thresholds and the baselines on (test) records.
+
+    Args:
+        records: evaluation runs (the saved test split by default).
+        thresholds: the table picked on the validation split.
+        config: evaluation settings.
+        calibration: validation records (LoopBrake is calibrated on them); None skips LoopBrake.
+        signals: run_id -> signal matrix, for the rule baselines; None skips them.
+        budgets: group -> monitor.halts.Budget fitted on non-evaluation resolved runs (p95).
+    """
+    cfg = config or EvalConfig()
+    sched = thresholds.schedule
+    records = [r for r in records if cfg.scorer in r.scores]
+    notes: list[str] = []
+    mon, used = score_stops(
+        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=cfg.group_by
+    )
+    rules: dict[str, tuple[Stops, dict[str, Any]]] = {}
+    for name in cfg.score_baselines:
+        have = [r for r in records if name in r.scores]
+        if len(have) < len(records):
+            notes.append(f"{name}: no scores in {len(records) - len(have)} runs; baseline skipped")
+            continue
+        st, th = matched_score_stops(
+            records, mon, scorer=name, schedule=sched, group_by=cfg.group_by
+        )
+        rules[name] = (st, {"knob": "threshold", "matched_to_monitor_fpr": True, "value": th})
+    if signals is not None:
+        replayed, more = rule_baselines(
+            records, mon, signals, budgets, schedule=sched, group_by=cfg.group_by
+        )
+        rules.update(replayed)
+        notes += more
+    if calibration:
+        from training.baselines.rules import loopbrake_stops
+
+        st, lines = loopbrake_stops(
+            calibration, records, alpha=cfg.target_fpr, schedule=sched, group_by=cfg.group_by
+        )
+        rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
+    stops = {
+        "monitor": mon,
+        "oracle": oracle_stops(records, min_steps=sched.min_steps),
+        **{name: st for name, (st, _) in rules.items()},
+    }
+    info = {name: i for name, (_, i) in rules.items()}
+    out: dict[str, Any] = {"target_fpr": cfg.target_fpr, "schedule": sched.model_dump()}
+    out.update(_section(records, records, stops, info, used, cfg))
+    out["per_source"] = {
+        s: _section(rs, records, stops, info, used, cfg)
+        for s, rs in sorted(group_records(records, "source").items())
+    }
+    out["settings"] = {
+        "confidence": cfg.confidence,
+        "monitor_token_price": cfg.monitor_token_price,
+        "threshold_mode": thresholds.mode,
+        "restart_rule": (
+            "a stopped run is replaced by the next recorded run of the same instance by the same agent "
+            "in run-id order (wrapping), not yet used in its chain; replacements are monitored too; "
+            "with no run left the instance stays stopped = unresolved; tokens of every run count"
+        ),
+        "monitor_cost": "every encoded token charged in full at monitor_token_price agent tokens",
+    }
+    out["notes"] = notes
+    return out
+
+
+def pct(x: float | None, *, missing: str = "-", unit: str = "") -> str:
+    """A fraction as a percentage with one decimal (`missing` for None)."""
+    return missing if x is None else f"{100 * x:.1f}{unit}"
+
+
+def _pct(x: float | None) -> str:
+    return pct(x, missing="n/a", unit="%")
+
+
+def markdown_table(result: Mapping[str, Any]) -> str:
+    """A markdown table per source and overall: one row per rule."""
+    lines = [
+        f"Target run-level FPR {result['target_fpr']:g}; schedule {result['schedule']}.",
+        "",
+        "| scope | rule | runs | FPR [CI] | FPR bound | recall | tokens saved | net saved | "
+        "resolved before | after | after restart |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    scopes = [*((s, v) for s, v in result["per_source"].items()), ("overall", result)]
+    for scope, sec in scopes:
+        rows = [("monitor", sec["monitor"]), *sec["baselines"].items(), ("oracle", sec["oracle"])]
+        for name, m in rows:
+            ci = m.get("fpr_ci") or [None, None]
+            lines.append(
+                f"| {scope} | {name} | {m['runs']} | {_pct(m['realized_fpr'])} "
+                f"[{_pct(ci[0])}, {_pct(ci[1])}] | {_pct(m['fpr_upper_bound'])} | "
+                f"{_pct(m['recall'])} | {_pct(m['token_savings'])} | "
+                f"{_pct(m.get('net_token_savings'))} | {_pct(m['resolution_before'])} | "
+                f"{_pct(m['resolution_after'])} | {_pct(m['resolution_after_restart'])} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,218 @@
+"""The serving bundle of a trained classifier (docs/BUNDLE.md): graphs, tokenizer, training
+outputs, monitor.json with every file's sha256, model card; and the int8 AUROC check.
+
+The graphs themselves (wrappers, export, checks, int8 quantisation) are training.export.graphs;
+the README text is training.export.card.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from monitor.errors import BundleError
+from training.config import ExportConfig
+from training.export.card import model_card
+from training.export.convert import ExportReport, export_graphs, int8_diff, quantize_int8
+from training.export.graphs import kv_shape
+from training.model.classifier import PrefixClassifier
+
+log = logging.getLogger(__name__)
+
+
+def _read_json(path: Path) -> Any:
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BundleError(f"{path}: cannot read: {e}") from e
+
+
+def _train_outputs(train_dir: Path | None) -> dict[str, Any]:
+    """thresholds, metrics, data summary and policy section of a training output dir (if any)."""
+    import yaml
+
+    found: dict[str, Any] = {"thresholds": {}, "metrics": {}, "data_summary": {}, "policy": {}}
+    if train_dir is None:
+        return found
+    for key, name in (
+        ("thresholds", "thresholds.json"),
+        ("metrics", "metrics.json"),
+        ("data_summary", "data_summary.json"),
+    ):
+        if (train_dir / name).is_file():
+            found[key] = _read_json(train_dir / name)
+        else:
+            log.warning("%s: not found; the bundle has no %s", train_dir / name, key)
+    if (train_dir / "config.yaml").is_file():
+        cfg = yaml.safe_load((train_dir / "config.yaml").read_text()) or {}
+        found["policy"] = dict(cfg.get("policy") or {}) if isinstance(cfg, dict) else {}
+    return found
+
+
+def _versions(opset: int) -> dict[str, Any]:
+    from importlib import metadata
+
+    import onnx
+    import onnxruntime
+    import transformers
+
+    try:
+        ours = metadata.version("failfast-monitor")
+    except metadata.PackageNotFoundError:
+        ours = "unknown"
+    from serving.bundle import BUNDLE_FORMAT
+
+    return {
+        "bundle_format": BUNDLE_FORMAT,
+        "failfast_monitor": ours,
+        "onnx_opset": opset,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def _manifest(
+    model: PrefixClassifier,
+    meta: dict[str, Any],
+    found: dict[str, Any],
+    cfg: ExportConfig,
+    report: ExportReport,
+) -> dict[str, Any]:
+    """monitor.json without the file hashes (docs/BUNDLE.md lists every field)."""
+    from monitor.policy import PolicyConfig
+    from monitor.thresholds import ThresholdTable
+
+    # Thresholds hold for the schedule they were calibrated under: it wins over the policy section.
+    schedule = (
+        ThresholdTable.model_validate(found["thresholds"]).schedule.model_dump()
+        if found["thresholds"]
+        else {}
+    )
+    kv_heads, head_dim = kv_shape(model.backbone.config)
+    return {
+        "featuriser": meta.get("featuriser") or {},
+        "signal_names": list(model.signal_names),
+        "classifier": {
+            **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
+            "pooling": model.pooling,
+        },
+        "kv": {
+            "n_layers": int(model.backbone.config.num_hidden_layers),
+            "kv_heads": kv_heads,
+            "head_dim": head_dim,
+            # width of the running hidden sum carried by model_kv.onnx (0: pooling "last")
+            "pooled_hidden": model.hidden if model.uses_mean else 0,
+        },
+        "label": {
+            "positive": "the run ends unresolved (SWE-bench harness verdict)",
+            "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit",
+        },
+        "target": cfg.target,
+        "thresholds": found["thresholds"],
+        "policy": PolicyConfig.model_validate({**found["policy"], **schedule}).model_dump(),
+        "metrics": found["metrics"],
+        "data_summary": found["data_summary"],
+        "export": {
+            "config": cfg.model_dump(),
+            "full_max_abs_diff": report.full_max_abs_diff,
+            "kv_max_abs_diff": report.kv_max_abs_diff,
+            "int8_max_abs_diff": report.int8_max_abs_diff,
+        },
+        "versions": _versions(cfg.opset),
+    }
+
+
+def write_bundle(
+    model_dir: str | Path,
+    out: str | Path,
+    *,
+    cfg: ExportConfig | None = None,
+    train_dir: str | Path | None = None,
+) -> ExportReport:
+    """Export a saved classifier folder (training OUT/model) into a serving bundle.
+
+    Args:
+        model_dir: folder written by `training.model.classifier.save_classifier`.
+        out: bundle folder to write (must be empty, absent, or an earlier bundle).
+        cfg: export options.
+        train_dir: the training output dir (thresholds.json, metrics.json, data_summary.json,
+            config.yaml, baselines/ are taken from it when present).
+
+    Returns:
+        The export report (largest ORT-vs-torch differences; int8 difference with --int8).
+    """
+    import shutil
+
+    from serving.bundle import MANIFEST, write_manifest
+    from training.model.classifier import load_classifier, read_classifier_meta
+
+    cfg = cfg or ExportConfig()
+    model_dir, out = Path(model_dir), Path(out)
+    tdir = Path(train_dir) if train_dir is not None else None
+    if out.exists() and any(out.iterdir()):
+        if not (out / MANIFEST).is_file():
+            raise BundleError(f"{out}: not empty and not a bundle; refusing to overwrite")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = read_classifier_meta(model_dir)
+    model = load_classifier(model_dir)
+    report = export_graphs(model, out, cfg)
+    if cfg.int8:
+        report.files += quantize_int8(out)
+        report.int8_max_abs_diff = int8_diff(model, out, cfg)
+        log.info("model.int8.onnx: max |int8 - fp32| = %.3g", report.int8_max_abs_diff)
+    shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
+    found = _train_outputs(tdir)
+    if tdir is not None and (tdir / "baselines").is_dir():
+        shutil.copytree(tdir / "baselines", out / "baselines")
+    manifest = _manifest(model, meta, found, cfg, report)
+    (out / "README.md").write_text(model_card(manifest))
+    write_manifest(out, manifest)
+    log.info("bundle written to %s", out)
+    return report
+
+
+def int8_auroc_change(
+    bundle: str | Path, runs: list[Any], *, max_runs: int = 80
+) -> dict[str, dict[str, float]]:
+    """Validation AUROC over all prefixes (label = run unresolved), fp32 vs int8 graphs.
+
+    Args:
+        bundle: a bundle exported with int8 graphs.
+        runs: labelled validation runs (never training runs).
+        max_runs: at most this many runs (evenly spaced over `runs`, to bound the time).
+
+    Returns:
+        {group: {"fp32": auroc, "int8": auroc, "delta": int8 - fp32, "runs": n}} per agent and
+        "pooled"; a group with one class only is left out.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    from serving.scorer import Scorer
+
+    runs = [r for r in runs if r.resolved is not None and r.steps]
+    if len(runs) > max_runs:
+        runs = [runs[i] for i in np.linspace(0, len(runs) - 1, max_runs).astype(int)]
+    fp32, int8 = Scorer.load(bundle), Scorer.load(bundle, int8=True, verify=False)
+    rows: dict[str, list[tuple[int, list[float], list[float]]]] = {}
+    for r in runs:
+        item = (int(not r.resolved), fp32.score_run(r), int8.score_run(r))
+        rows.setdefault(r.agent, []).append(item)
+        rows.setdefault("pooled", []).append(item)
+    out: dict[str, dict[str, float]] = {}
+    for group, items in sorted(rows.items()):
+        y = np.concatenate([[lab] * len(a) for lab, a, _ in items])
+        if len(set(y.tolist())) < 2:
+            continue
+        a = roc_auc_score(y, np.concatenate([a for _, a, _ in items]))
+        b = roc_auc_score(y, np.concatenate([b for _, _, b in items]))
+        out[group] = {"fp32": float(a), "int8": float(b), "delta": float(b - a), "runs": len(items)}
+    return out

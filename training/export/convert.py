@@ -1,0 +1,231 @@
+"""Export a PrefixClassifier to its two ONNX graphs (training.export.graphs), check them against
+torch, and quantise them to int8.
+
+After export both graphs are compared with torch on a batch size and length other than the
+export's, and the largest absolute logit difference is logged (it must be <= `atol`).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from monitor.errors import BundleError
+from training.config import ExportConfig
+from training.export.graphs import (
+    FULL_GRAPH,
+    INT8_SUFFIX,
+    KV_GRAPH,
+    POOL_NAMES,
+    FullGraph,
+    KVGraph,
+    empty_past,
+    example_inputs,
+    kv_names,
+)
+from training.model.classifier import PrefixClassifier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExportReport:
+    """What an export measured.
+
+    Attributes:
+        full_max_abs_diff: largest |ORT - torch| logit of model.onnx on the check inputs.
+        kv_max_abs_diff: same for model_kv.onnx fed in two chunks (past + new tokens).
+        int8_max_abs_diff: largest |int8 - fp32| logit (None without --int8).
+        files: graph files written (relative to the bundle).
+        notes: lines for the user (e.g. the int8 AUROC change).
+    """
+
+    full_max_abs_diff: float = 0.0
+    kv_max_abs_diff: float = 0.0
+    int8_max_abs_diff: float | None = None
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _ort_session(path: Path) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _run(sess: Any, outputs: list[str] | None, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    # An input the graph does not use (signals with 0 signal columns) is pruned at export.
+    names = {i.name for i in sess.get_inputs()}
+    return list(sess.run(outputs, {k: v for k, v in feed.items() if k in names}))
+
+
+def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> ExportReport:
+    """Write model.onnx and model_kv.onnx (fp32) for `model` into `out` and check them.
+
+    Raises:
+        BundleError: onnxruntime disagrees with torch by more than `cfg.atol`.
+    """
+    model = model.eval().float()
+    out.mkdir(parents=True, exist_ok=True)
+    n_layers = int(model.backbone.config.num_hidden_layers)
+    past_names, present_names = kv_names(n_layers, model.uses_mean)
+    ids, mask, positions, signals = example_inputs(model, 2, 24, 3, seed=0)
+    with torch.no_grad(), warnings.catch_warnings():
+        # The tracer warns about every Python branch in transformers; the checks below are what
+        # tell whether the traced graphs generalise to other shapes.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            FullGraph(model),
+            (ids, mask, positions, signals),
+            str(out / FULL_GRAPH),
+            input_names=["input_ids", "attention_mask", "positions", "signals"],
+            output_names=["logits"],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "tokens"},
+                "attention_mask": {0: "batch", 1: "tokens"},
+                "positions": {0: "batch", 1: "boundaries"},
+                "signals": {0: "batch", 1: "boundaries"},
+                "logits": {0: "batch", 1: "boundaries"},
+            },
+            opset_version=cfg.opset,
+            dynamo=False,
+        )
+        new, past_len = 5, 7
+        kv_ids = ids[:, :new]
+        kv_mask = torch.ones(2, past_len + new, dtype=torch.long)
+        kv_mask[-1, 0] = 0  # a masked past slot keeps the mask path in the traced graph
+        past = empty_past(model, 2, past_len, random=True)
+        dyn: dict[str, dict[int, str]] = {
+            "input_ids": {0: "batch", 1: "new_tokens"},
+            "attention_mask": {0: "batch", 1: "total_tokens"},
+            "signals": {0: "batch"},
+            "logits": {0: "batch"},
+        }
+        for p_name, q_name in zip(past_names, present_names, strict=True):
+            pooled = p_name in POOL_NAMES  # (B, H) / (B, 1): no token axis
+            dyn[p_name] = {0: "batch"} if pooled else {0: "batch", 2: "past_tokens"}
+            dyn[q_name] = {0: "batch"} if pooled else {0: "batch", 2: "total_tokens"}
+        torch.onnx.export(
+            KVGraph(model),
+            (kv_ids, kv_mask, signals[:, -1], *past),
+            str(out / KV_GRAPH),
+            input_names=["input_ids", "attention_mask", "signals", *past_names],
+            output_names=["logits", *present_names],
+            dynamic_axes=dyn,
+            opset_version=cfg.opset,
+            dynamo=False,
+        )
+    report = ExportReport(files=[FULL_GRAPH, KV_GRAPH])
+    report.full_max_abs_diff = check_full(model, out / FULL_GRAPH, cfg)
+    report.kv_max_abs_diff = check_kv(model, out / KV_GRAPH, cfg)
+    for name, diff in (
+        ("model.onnx", report.full_max_abs_diff),
+        ("model_kv.onnx", report.kv_max_abs_diff),
+    ):
+        log.info("%s: max |onnxruntime - torch| = %.3g (fp32, limit %g)", name, diff, cfg.atol)
+        if not diff <= cfg.atol:
+            raise BundleError(
+                f"{out / name}: onnxruntime differs from torch by {diff:.3g} > {cfg.atol:g}"
+            )
+    return report
+
+
+def check_full(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
+    """Max |ORT - torch| of the whole-rendering graph at another batch size and length."""
+    ids, mask, positions, signals = example_inputs(
+        model, cfg.check_batch, cfg.check_length, 4, seed=1
+    )
+    with torch.no_grad():
+        ref = model(ids, mask, positions, signals).numpy()
+    got = _run(
+        _ort_session(path),
+        ["logits"],
+        {
+            "input_ids": ids.numpy(),
+            "attention_mask": mask.numpy(),
+            "positions": positions.numpy(),
+            "signals": signals.numpy().astype(np.float32),
+        },
+    )[0]
+    return float(np.abs(got - ref).max())
+
+
+def check_kv(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
+    """Max |ORT - torch| of the KV graph: a run fed in two chunks vs one full forward.
+
+    The first chunk starts from an empty cache (as a session's first step or a re-render does);
+    the second continues from the present KV (and running hidden sum/count) the graph returned.
+    """
+    length = cfg.check_length
+    first = length // 2 + 3
+    ids, _, _, _ = example_inputs(model, 1, length, 1, seed=2)
+    g = torch.Generator().manual_seed(3)
+    signals = torch.rand(1, 2, len(model.signal_names), generator=g) * 5
+    positions = torch.tensor([[first - 1, length - 1]])
+    with torch.no_grad():
+        ref = model(ids, torch.ones_like(ids), positions, signals).numpy()[0]
+    sess = _ort_session(path)
+    n_layers = int(model.backbone.config.num_hidden_layers)
+    past_names, _ = kv_names(n_layers, model.uses_mean)
+    past = [t.numpy() for t in empty_past(model, 1, 0, random=False)]
+    got = []
+    for j, (a, b) in enumerate(((0, first), (first, length))):
+        feed = {
+            "input_ids": ids[:, a:b].numpy(),
+            "attention_mask": np.ones((1, b), np.int64),
+            "signals": signals[:, j].numpy().astype(np.float32),
+            **dict(zip(past_names, past, strict=True)),
+        }
+        logits, *past = _run(sess, None, feed)
+        got.append(float(logits[0]))
+    return float(np.abs(np.array(got) - ref).max())
+
+
+def quantize_int8(out: Path) -> list[str]:
+    """Write `model.int8.onnx` and `model_kv.int8.onnx` (dynamic int8 weights) beside the fp32 graphs."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    written = []
+    for name in (FULL_GRAPH, KV_GRAPH):
+        src = out / name
+        dst = out / int8_name(name)
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            use_external_data_format=(out / f"{name}.data").exists(),
+        )
+        written.append(dst.name)
+        written += [p.name for p in out.glob(f"{dst.name}.data")]
+    return written
+
+
+def int8_name(name: str) -> str:
+    """model.onnx -> model.int8.onnx."""
+    stem = name[: -len(".onnx")]
+    return f"{stem}{INT8_SUFFIX}.onnx"
+
+
+def int8_diff(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> float:
+    """Max |int8 - fp32| logit of the whole-rendering graph on the check inputs."""
+    ids, mask, positions, signals = example_inputs(
+        model, cfg.check_batch, cfg.check_length, 4, seed=1
+    )
+    feed = {
+        "input_ids": ids.numpy(),
+        "attention_mask": mask.numpy(),
+        "positions": positions.numpy(),
+        "signals": signals.numpy().astype(np.float32),
+    }
+    a = _run(_ort_session(out / FULL_GRAPH), ["logits"], feed)[0]
+    b = _run(_ort_session(out / int8_name(FULL_GRAPH)), ["logits"], feed)[0]
+    return float(np.abs(a - b).max())

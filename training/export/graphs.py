@@ -1,0 +1,139 @@
+"""ONNX graphs of a PrefixClassifier: the torch wrappers, their input names and shapes.
+
+Two graphs, both with dynamic batch and sequence axes:
+
+- `model.onnx`: (input_ids, attention_mask, positions, signals) -> logits (B, P): a whole
+  rendering, logits at the given step boundaries (all prefixes of a window in one call).
+- `model_kv.onnx`: (input_ids, attention_mask, signals, [past_hidden_sum, past_count,]
+  past_key_i, past_value_i ...) -> (logits (B,), [present_hidden_sum, present_count,]
+  present_key_i, present_value_i ...): the new tokens of a live session on top of the cached
+  keys/values; the logit is the one at the LAST new token (the step boundary).
+  attention_mask covers past + new tokens; positions continue from the past length, so the
+  graph expects no left padding (a session is one run, batch 1). With pooling "last+mean" the
+  running sum (B, H) and count (B, 1) of the window's hidden states travel with the KV cache
+  (zeros and 0 when the cache starts empty), so the mean continues across calls.
+
+The export itself and its checks against torch are training.export.convert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from training.model.classifier import PrefixClassifier
+
+FULL_GRAPH = "model.onnx"
+KV_GRAPH = "model_kv.onnx"
+INT8_SUFFIX = ".int8"
+
+
+class FullGraph(torch.nn.Module):
+    """model.onnx: the classifier's own forward, with named inputs."""
+
+    def __init__(self, model: PrefixClassifier) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        signals: torch.Tensor,
+    ) -> torch.Tensor:
+        return self.model(input_ids, attention_mask, positions, signals)  # (B, P)
+
+
+class KVGraph(torch.nn.Module):
+    """model_kv.onnx: new tokens on top of a KV cache -> last-position logit + present KV."""
+
+    def __init__(self, model: PrefixClassifier) -> None:
+        super().__init__()
+        self.model = model
+        self.n_layers = int(model.backbone.config.num_hidden_layers)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, N) new tokens
+        attention_mask: torch.Tensor,  # (B, T) past + new
+        signals: torch.Tensor,  # (B, S) raw signals after the new step
+        *past: torch.Tensor,  # [sum (B, H), count (B, 1),] 2 * n_layers (B, kv_heads, T - N, hd)
+    ) -> tuple[torch.Tensor, ...]:
+        from transformers import DynamicCache
+
+        pooled: tuple[torch.Tensor, ...] = ()
+        if self.model.uses_mean:
+            past_sum, past_count, past = past[0], past[1], past[2:]
+        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)])
+        total, new = attention_mask.shape[1], input_ids.shape[1]
+        position_ids = torch.arange(total - new, total, dtype=torch.long).unsqueeze(0)
+        out = self.model.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state[:, -1:]  # (B, 1, H)
+        if self.model.uses_mean:
+            m = attention_mask[:, -new:].to(hidden.dtype).unsqueeze(-1)  # (B, N, 1)
+            total = past_sum + (out.last_hidden_state * m).sum(dim=1)  # (B, H)
+            count = past_count + m.sum(dim=1)  # (B, 1)
+            mean = total / count.clamp_min(1.0)
+            hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
+            pooled = (total, count)
+        logits = self.model.head_logits(hidden, signals.unsqueeze(1)).squeeze(1)  # (B,)
+        present: list[torch.Tensor] = []
+        for layer in out.cache.layers[: self.n_layers]:
+            present += [layer.keys, layer.values]
+        return (logits, *pooled, *present)
+
+
+POOL_NAMES = ("past_hidden_sum", "past_count")
+
+
+def kv_names(n_layers: int, pooled: bool = False) -> tuple[list[str], list[str]]:
+    """Names of the past inputs and present outputs of the KV graph: the running hidden sum and
+    count first when `pooled`, then the keys and values layer by layer."""
+    past = [*(POOL_NAMES if pooled else ())]
+    past += [f"past_{kv}_{i}" for i in range(n_layers) for kv in ("key", "value")]
+    return past, [p.replace("past_", "present_", 1) for p in past]
+
+
+def empty_past(model: Any, batch: int, past_len: int, random: bool) -> list[torch.Tensor]:
+    """Past inputs of the KV graph in `kv_names` order (random values, or an empty cache)."""
+    n_layers = int(model.backbone.config.num_hidden_layers)
+    kv_heads, head_dim = kv_shape(model.backbone.config)
+    make = torch.randn if random else torch.zeros
+    out: list[torch.Tensor] = []
+    if model.uses_mean:
+        out += [make(batch, model.hidden), torch.full((batch, 1), float(past_len))]
+    out += [make(batch, kv_heads, past_len, head_dim) for _ in range(2 * n_layers)]
+    return out
+
+
+def kv_shape(config: Any) -> tuple[int, int]:
+    """(kv_heads, head_dim) of a backbone config."""
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return kv_heads, head_dim
+
+
+def example_inputs(
+    model: PrefixClassifier, batch: int, length: int, n_pos: int, seed: int
+) -> tuple[torch.Tensor, ...]:
+    """Random ids, a right-padded mask (last row shorter), boundary positions and signals."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(model.backbone.config.vocab_size)
+    ids = torch.randint(1, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    short = max(n_pos + 1, length // 2)
+    if batch > 1:
+        mask[-1, short:] = 0  # right padding, so the traced graph keeps the padding mask
+    ends = torch.linspace(n_pos, short - 1, n_pos).long()
+    positions = ends.unsqueeze(0).expand(batch, -1).contiguous()
+    signals = torch.rand(batch, n_pos, len(model.signal_names), generator=g) * 5
+    return ids, mask, positions, signals

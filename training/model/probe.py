@@ -1,0 +1,196 @@
+"""The probe: a linear head fitted on frozen boundary features (LoRA and full fine-tuning: finetune.py).
+
+- `fit_probe`: L2 logistic regression (scikit-learn) on [hidden ; standardised signals ; agent
+  one-hot], folded into PrefixClassifier.head. The agent columns absorb each agent's base failure
+  rate while fitting, so the other weights learn what separates runs WITHIN an agent; they are
+  then dropped (their weighted mean goes into the bias). Within one agent this only shifts every
+  logit by a constant, so per-agent rankings, AUROC and per-agent thresholds are unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from training.model.classifier import PrefixClassifier
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ProbeFit:
+    """What fit_probe learned (already copied into the model's head).
+
+    Attributes:
+        C: the inverse regularisation strength used.
+        hidden_scale: the scale of the standardised hidden columns (see fit_probe).
+        agent_offsets: agent -> logit offset learned and dropped from the exported head.
+        train_loss: weighted log loss on the training examples (fitted head, agents included).
+        initial_loss: the same loss for a zero head (log 2).
+    """
+
+    C: float
+    hidden_scale: float = 1.0
+    agent_offsets: dict[str, float] = field(default_factory=dict)
+    train_loss: float = 0.0
+    initial_loss: float = float(np.log(2.0))
+
+
+def _std(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = np.average(x, axis=0, weights=w)
+    std = np.sqrt(np.average((x - mean) ** 2, axis=0, weights=w))
+    return mean, np.where(std > 1e-6, std, 1.0)
+
+
+def _log_loss(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    p = np.clip(p, 1e-7, 1 - 1e-7)
+    return float(np.average(-(y * np.log(p) + (1 - y) * np.log(1 - p)), weights=w))
+
+
+@dataclass
+class ProbeRows:
+    """The probe's training rows, one per example prefix.
+
+    Attributes:
+        hidden: (N, F) boundary features.
+        signals: (N, S) raw signal values (S = model.n_signals; may be 0 columns).
+        labels: (N,) 1 = unresolved.
+        weights: (N,) example weights.
+        agents: (N,) agent of each example's run.
+    """
+
+    hidden: np.ndarray
+    signals: np.ndarray
+    labels: np.ndarray
+    weights: np.ndarray
+    agents: list[str]
+
+    def take(self, keep: np.ndarray) -> ProbeRows:
+        """The rows where the boolean mask `keep` is set."""
+        agents = [a for a, k in zip(self.agents, keep, strict=True) if k]
+        return ProbeRows(
+            self.hidden[keep], self.signals[keep], self.labels[keep], self.weights[keep], agents
+        )
+
+
+def fit_probe(
+    model: PrefixClassifier,
+    rows: ProbeRows,
+    *,
+    C: float = 0.1,
+    hidden_scale: float = 1.0,
+    agent_columns: bool = True,
+    max_iter: int = 500,
+) -> ProbeFit:
+    """Fit the head of `model` on frozen features (in place).
+
+    Args:
+        model: the classifier; its head and signal buffers are overwritten.
+        rows: the training rows.
+        C: inverse L2 strength of the logistic regression.
+        hidden_scale: the standardised hidden columns are multiplied by this before fitting, so
+            their L2 penalty is 1 / hidden_scale**2 times that of the signal columns (hundreds
+            of hidden dimensions overfit a few thousand runs; the signals do not).
+        agent_columns: add agent one-hot columns while fitting (see module docstring).
+        max_iter: lbfgs iterations.
+    """
+    hidden, signals, agents = rows.hidden, rows.signals, rows.agents
+    w = np.asarray(rows.weights, dtype=np.float64)
+    w = w * len(w) / w.sum()
+    y = np.asarray(rows.labels, dtype=np.int64)
+    h_mean, h_std = _std(hidden, w)
+    h_std = h_std / hidden_scale
+    if model.signal_transform == "asinh":
+        signals = np.arcsinh(signals)
+    s_mean, s_std = _std(signals, w) if signals.shape[1] else (np.zeros(0), np.ones(0))
+    names = sorted(set(agents)) if agent_columns else []
+    onehot = np.zeros((len(y), len(names)))
+    if names:
+        col = {a: j for j, a in enumerate(names)}
+        onehot[np.arange(len(y)), [col[a] for a in agents]] = 1.0
+    x = np.hstack([(hidden - h_mean) / h_std, (signals - s_mean) / s_std, onehot])
+    lr = LogisticRegression(C=C, max_iter=max_iter)
+    lr.fit(x, y, sample_weight=w)
+    coef = lr.coef_[0]
+    hdim, sdim = hidden.shape[1], signals.shape[1]
+    c_h, c_s, c_a = coef[:hdim], coef[hdim : hdim + sdim], coef[hdim + sdim :]
+    share = onehot.T @ w / w.sum() if names else np.zeros(0)
+    bias = float(lr.intercept_[0] - np.sum(c_h * h_mean / h_std) + float(share @ c_a))
+    with torch.no_grad():
+        model.head.weight.copy_(
+            torch.tensor(np.concatenate([c_h / h_std, c_s])[None], dtype=torch.float32)
+        )
+        model.head.bias.fill_(bias)
+        model.signal_mean.copy_(torch.tensor(s_mean, dtype=torch.float32))
+        model.signal_std.copy_(torch.tensor(s_std, dtype=torch.float32))
+    offsets = {a: float(c - share @ c_a) for a, c in zip(names, c_a, strict=True)}
+    return ProbeFit(C, hidden_scale, offsets, _log_loss(lr.predict_proba(x)[:, 1], y, w))
+
+
+def select_probe(
+    model: PrefixClassifier,
+    rows: ProbeRows,
+    *,
+    pairs: Sequence[tuple[float, float]],
+    agent_columns: bool = True,
+    val_criterion: Callable[[], tuple[float, Any]] | None = None,
+) -> tuple[ProbeFit, dict[str, dict[str, Any]], float | None]:
+    """Fit the probe for every (C, hidden_scale) pair and keep the best head on validation.
+
+    Args:
+        model, rows, agent_columns: as for `fit_probe`.
+        pairs: the (C, hidden_scale) grid, fitted in this order.
+        val_criterion: scores the head just fitted on validation runs -> (criterion, details);
+            higher is better. None: no selection, so `pairs` must hold one pair.
+
+    Returns:
+        (the kept fit, {"C=..,hidden_scale=..": {"C", "hidden_scale", "criterion",
+        "val_mean_per_agent_auroc" (the details), "train_loss"}}, the kept criterion).
+    """
+    if len(pairs) > 1 and val_criterion is None:
+        raise ValueError("select_probe: a grid of more than one (C, scale) needs validation runs")
+    best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None] | None = None
+    selection: dict[str, dict[str, Any]] = {}
+    for c, scale in pairs:
+        fit = fit_probe(model, rows, C=c, hidden_scale=scale, agent_columns=agent_columns)
+        crit, details = val_criterion() if val_criterion is not None else (None, None)
+        selection[f"C={c:g},hidden_scale={scale:g}"] = {
+            "C": c,
+            "hidden_scale": scale,
+            "criterion": crit,
+            "val_mean_per_agent_auroc": details,
+            "train_loss": fit.train_loss,
+        }
+        log.info(
+            "probe C=%g hidden_scale=%g: train loss %.4f, val criterion %s",
+            c,
+            scale,
+            fit.train_loss,
+            "-" if crit is None else f"{crit:.4f}",
+        )
+        if best is None or (crit is not None and crit > best[0]):
+            head = {
+                k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")
+            }
+            best = (crit if crit is not None else 0.0, head, fit, crit)
+    if best is None:
+        raise ValueError("select_probe: empty (C, hidden_scale) grid")
+    with torch.no_grad():
+        model.load_state_dict(best[1], strict=False)
+    return best[2], selection, best[3]
+
+
+def head_scores(model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray) -> np.ndarray:
+    """sigmoid(head) for boundary states (N, H) and raw signals (N, S) -> (N,) float64."""
+    with torch.no_grad():
+        logits = model.head_logits(
+            torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
+            torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
+        )
+    return torch.sigmoid(logits[0]).double().numpy()

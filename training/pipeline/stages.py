@@ -1,0 +1,244 @@
+"""The pipeline's stages after encoding, each a function of the config: split, fit the head,
+fine-tune, fit the baselines, score records, calibrate, save, export.
+
+`failfast train` (training.pipeline.train) runs them in order; `failfast demo` runs that, and the
+experiments (training.experiments) run the same stages on their own variants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.thresholds import ThresholdTable
+from monitor.types import Trajectory
+from training.config import PipelineConfig
+from training.data.examples import PrefixSet, probe_examples, window_examples
+from training.data.records import RunRecord, records_from_runs
+from training.data.runs import Labelled, labelled_runs, stratified_subsample
+from training.data.splits import Splits, make_splits
+from training.evaluate.auroc import auroc_report
+from training.model.classifier import PrefixClassifier
+from training.model.probe import ProbeFit, ProbeRows, head_scores, select_probe
+from training.pipeline.encode import Encoded, Encoder, encode
+
+EVAL_SPLITS = ("val", "test")
+
+
+@dataclass
+class SplitRuns:
+    """The labelled runs of each split, as training uses them.
+
+    Attributes:
+        labelled: the runs kept (a verdict and steps) and the counts of those dropped.
+        splits: instance ids per split.
+        train_all: every run of the training split.
+        use: "train" (the config's stratified subsample of train_all), "val", "test" -> runs.
+    """
+
+    labelled: Labelled
+    splits: Splits
+    train_all: list[Trajectory]
+    use: dict[str, list[Trajectory]]
+
+
+def split(cfg: PipelineConfig, runs: Sequence[Trajectory]) -> SplitRuns:
+    """Keep the labelled runs, split them by instance and subsample the training split."""
+    lab = labelled_runs(runs)
+    if not lab.runs:
+        raise ValueError("no labelled runs with steps")
+    splits = make_splits(lab.runs, fractions=cfg.data.split_fractions, seed=cfg.data.split_seed)
+    train_all = splits.select(lab.runs, "train")
+    train = stratified_subsample(
+        train_all, cfg.data.train_max_runs or 0, seed=cfg.data.subsample_seed
+    )
+    use = {"train": train, **{n: splits.select(lab.runs, n) for n in EVAL_SPLITS}}
+    return SplitRuns(lab, splits, train_all, use)
+
+
+def score(model: PrefixClassifier, data: Encoded) -> list[np.ndarray]:
+    """The model head's score after every step of every run of `data`."""
+    return [head_scores(model, h, s) for h, s in zip(data.hidden, data.signals, strict=True)]
+
+
+def records(data: Encoded, scores: Mapping[str, Sequence[np.ndarray]]) -> list[RunRecord]:
+    """RunRecords of the runs of `data` with these scores (scorer name -> one array per run)."""
+    return records_from_runs(data.runs, dict(scores), data.encoded_tokens)
+
+
+def monitor_records(model: PrefixClassifier, data: Encoded) -> list[RunRecord]:
+    """Records of `data` with the model head's scores (scorer "monitor")."""
+    return records(data, {"monitor": score(model, data)})
+
+
+def probe_criterion(model: PrefixClassifier, val: Encoded) -> tuple[float, dict[str, Any]]:
+    """How good the head just fitted is on validation runs: the mean over agents of the AUROC at
+    25/50/75 % of the run and overall, so early discrimination counts as much as late. Returns
+    (criterion, the four per-agent means)."""
+    recs = monitor_records(model, val)
+    mean = auroc_report(recs, scorers=["monitor"])["mean_per_agent"]["monitor"]
+    vals = [v for v in mean.values() if v is not None]
+    return (float(np.mean(vals)) if vals else 0.0), mean
+
+
+@dataclass
+class HeadFit:
+    """The probe kept by `fit_head`, how it was picked, and the rows it was fitted on.
+
+    Attributes:
+        probe: the kept fit (already in the model's head).
+        selection: every (C, hidden scale) tried -> criterion, per-agent AUROC, training loss.
+        criterion: the kept pair's validation criterion (None without validation runs).
+        examples: the training prefixes; rows: what the probe was fitted on, one per prefix.
+    """
+
+    probe: ProbeFit
+    selection: dict[str, dict[str, Any]]
+    criterion: float | None
+    examples: PrefixSet
+    rows: ProbeRows
+
+    def summary(self) -> dict[str, Any]:
+        """What the experiments report of a fit."""
+        return {
+            "C": self.probe.C,
+            "hidden_scale": self.probe.hidden_scale,
+            "criterion": self.criterion,
+            "examples": len(self.examples),
+        }
+
+
+def fit_head(
+    cfg: PipelineConfig,
+    model: PrefixClassifier,
+    train: Encoded,
+    val: Encoded | None = None,
+    *,
+    grid: Sequence[tuple[float, float]] | None = None,
+) -> HeadFit:
+    """Fit the probe of `model` (in place) on the training runs' checked prefixes, for every
+    (C, hidden scale) of `grid` (default: the config's probe_C x probe_hidden_scale), and keep the
+    pair with the best `probe_criterion` on `val` (without validation runs the grid must hold one
+    pair)."""
+    tc = cfg.train
+    ex = probe_examples(cfg, train.runs)
+    rows = ProbeRows(
+        ex.rows(train.hidden),
+        ex.rows(train.signals),
+        ex.label,
+        ex.weight,
+        [train.runs[i].agent for i in ex.run],
+    )
+    pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
+    fit, selection, crit = select_probe(
+        model,
+        rows,
+        pairs=pairs,
+        agent_columns=cfg.model.agent_columns,
+        val_criterion=(lambda: probe_criterion(model, val)) if val is not None else None,
+    )
+    return HeadFit(fit, selection, crit, ex, rows)
+
+
+def fine_tune(
+    encoder: Encoder, train: Encoded, head: HeadFit, *, kind: str, out_dir: str | Path
+) -> tuple[list[float], int]:
+    """Fine-tune the encoder's model from the probe's head ("lora" or "full", the config's train.*
+    settings) on the windows holding the probe's examples; the tuned model is left in eval mode,
+    fp32 on the CPU. Returns (the logged losses, the number of training windows)."""
+    from training.model.finetune import tune_backbone
+
+    windows = window_examples(encoder.featuriser, train.runs, train.signals, head.examples)
+    losses = tune_backbone(encoder.model, windows, encoder.cfg.train, head=kind, out_dir=out_dir)
+    encoder.model = encoder.model.float().cpu().eval()
+    return losses, len(windows)
+
+
+def reencode(encoder: Encoder, data: dict[str, Encoded]) -> dict[str, Encoded]:
+    """Encode the same runs again with a tuned backbone (never cached)."""
+    return {n: encode(encoder, d.runs, cached=False) for n, d in data.items()}
+
+
+def fit_baselines(cfg: PipelineConfig, encoder: Encoder, train: Encoded, head: HeadFit) -> dict:
+    """The learned baselines (train.baselines) on the probe's training runs and examples."""
+    if not cfg.train.baselines:
+        return {}
+    from training.baselines.learned import fit_baselines as fit
+
+    return fit(encoder.featuriser, train.runs, head.examples, cfg.train, schedule=cfg.policy)
+
+
+def score_records(encoder: Encoder, data: Encoded, baselines: Mapping[str, Any]) -> list[RunRecord]:
+    """Records of `data` scored by the encoder's model ("monitor") and every learned baseline."""
+    from training.baselines.learned import baseline_run_scores
+
+    scores: dict[str, list[np.ndarray]] = {"monitor": score(encoder.model, data)}
+    per_run = [baseline_run_scores(baselines, encoder.featuriser, r) for r in data.runs]
+    for name in baselines:
+        scores[name] = [p[name] for p in per_run]
+    return records(data, scores)
+
+
+def train_oof_records(
+    cfg: PipelineConfig, model: PrefixClassifier, train: Encoded, head: HeadFit
+) -> list[RunRecord]:
+    """The training runs as calibration records, scored out of fold (training.model.crossfit)
+    by probes refitted with the kept (C, hidden scale) on the head's own rows."""
+    from training.model.crossfit import out_of_fold_scores
+
+    ex = head.examples
+    scores = out_of_fold_scores(
+        model,
+        train.runs,
+        train.hidden,
+        train.signals,
+        ex.run,
+        head.rows,
+        C=head.probe.C,
+        hidden_scale=head.probe.hidden_scale,
+        agent_columns=cfg.model.agent_columns,
+        folds=cfg.thresholds.crossfit_folds,
+        seed=cfg.train.seed,
+    )
+    return records(train, {"monitor": scores})
+
+
+def calibrate(cfg: PipelineConfig, calibration: Sequence[RunRecord]) -> ThresholdTable:
+    """Stop and warn thresholds picked on calibration records under the config's schedule."""
+    from training.calibrate.thresholds import ThresholdPicker
+
+    return ThresholdPicker(cfg.thresholds, schedule=cfg.policy).fit(calibration).thresholds_
+
+
+def save_model(cfg: PipelineConfig, encoder: Encoder, head: HeadFit, out: Path) -> Path:
+    """OUT/model: the classifier with its tokenizer, and how its probe was picked."""
+    from training.model.classifier import save_classifier
+
+    probe = head.probe
+    return save_classifier(
+        encoder.model,
+        out / "model",
+        tokenizer_dir=encoder.base_dir,
+        base=cfg.model.base,
+        head_kind=cfg.model.head,
+        featuriser=cfg.featurise.model_dump(),
+        extra={
+            "probe": {
+                "C": probe.C,
+                "hidden_scale": probe.hidden_scale,
+                "agent_offsets": probe.agent_offsets,
+                "selection": head.selection,
+            }
+        },
+    )
+
+
+def export(cfg: PipelineConfig, out: Path) -> None:
+    """OUT/bundle from OUT/model and the training outputs beside it (docs/BUNDLE.md)."""
+    from training.export.bundle import write_bundle
+
+    write_bundle(out / "model", out / "bundle", cfg=cfg.export, train_dir=out)
