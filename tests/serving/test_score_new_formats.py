@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from tests.bundle_helpers import serve, shared_bundle
 
 httpx = pytest.importorskip("httpx")
