@@ -120,11 +120,18 @@ def strip_gz(name: str) -> str:
     return name[:-3] if name.endswith(".gz") else name
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def json_safe(x: Any) -> Any:
     """A copy that strict JSON can hold: non-finite floats -> None (an infinite threshold means
-    "no stop"), tuples -> lists; what a round trip through the HTTP service gives."""
+    "no stop"), tuples -> lists, unpaired surrogates in strings -> U+FFFD (UTF-8 cannot encode
+    them: a diff holding one made the service answer 500); what a round trip through the HTTP
+    service gives."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
+    if isinstance(x, str):
+        return x if x.isascii() else _SURROGATE.sub("\ufffd", x)
     if isinstance(x, dict):
         return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
