@@ -39,7 +39,7 @@ FILLERS = [
     "a__",
     "-i ",
 ]
-TAILS = (" ", "a.")
+TAILS = (" ", "\n", "a.")
 MAX_LITERALS = 12
 
 
@@ -134,7 +134,7 @@ def attacks(size: int) -> dict[str, Callable[[], object]]:
         "reader: <pr_description> + spaces": lambda: between(
             "<pr_description>" + " " * size, "<pr_description>", "</pr_description>"
         ),
-        "reader: ```bash\\n repeated": lambda: _bash_blocks("```bash\n" * (size // 8)),
+        "reader: ```bash + newlines": lambda: _bash_blocks("```bash" + "\n" * size),
     }
 
 
