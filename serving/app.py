@@ -22,84 +22,31 @@ import binascii
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.errors import Cancelled, TranscriptError, TranscriptTooLarge
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor, Session
 from monitor.textio import json_safe
-from monitor.types import Step, Trajectory
+from monitor.types import Trajectory
 from serving.guard import Guard, error
 from serving.limits import ServiceConfig
 from serving.metrics import Counter, Histogram, gauge
 from serving.runs import score_transcript
+from serving.schemas import NUMBERS, ScoreRequest, SessionRequest, StepIn, steps_over
 from serving.sessions import Full, Live, SessionTable
-from serving.transcripts import read_transcript_bytes, safe_filename
+from serving.transcripts import read_transcript_bytes
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ScoreRequest", "ServiceConfig", "SessionRequest", "StepIn", "create_app"]
-
-
-class StepIn(BaseModel):
-    """One normalised step (monitor.types.Step fields; all but `index` optional). Numbers must be
-    finite, token counts and cost not negative (422): a NaN cost turned every later score into
-    null."""
-
-    index: int | None = Field(None, ge=0)
-    kind: str = "action"
-    thought: str = ""
-    tool: str = ""
-    action: str = ""
-    args: dict[str, Any] | None = None
-    observation: str = ""
-    is_error: bool = False
-    tokens_in: int = Field(0, ge=0)
-    tokens_out: int = Field(0, ge=0)
-    tokens_estimated: bool = True
-    cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
-    timestamp: float | None = Field(None, allow_inf_nan=False)
-    role: str = ""
-
-    def to_step(self, index: int) -> Step:
-        d = self.model_dump()
-        d["index"] = index if self.index is None else self.index
-        return Step.from_dict(d)
-
-
-class ScoreRequest(BaseModel):
-    """A whole run: `transcript` (native format) or `steps` (normalised)."""
-
-    transcript: str | None = Field(None, description="Transcript content (text, or base64).")
-    encoding: Literal["text", "base64"] = "text"
-    format: str | None = Field(None, description="Reader name; sniffed when absent.")
-    filename: str = Field("transcript.json", description="Name hint for readers (a file name).")
-    steps: list[StepIn] | None = None
-    task: str = ""
-    agent: str | None = Field(None, description="Agent family (overrides the transcript's).")
-    submission: str = Field(
-        "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
-    )
-    all_decisions: bool = Field(False, description="Return the Decision after every step.")
-
-    @field_validator("filename")
-    @classmethod
-    def _plain_name(cls, v: str) -> str:
-        return safe_filename(v)
-
-
-class SessionRequest(BaseModel):
-    task: str = ""
-    agent: str | None = None
-    run: str = ""
 
 
 class _Refused(Exception):
@@ -109,14 +56,6 @@ class _Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def _steps_over(errors: Sequence[Any]) -> int | None:
-    """The number of steps sent, when the validation failed on the step limit."""
-    for e in errors:
-        if e.get("type") == "too_long" and tuple(e.get("loc", ()))[-1:] == ("steps",):
-            return len(e.get("input") or ())
-    return None
 
 
 def create_app(
@@ -166,7 +105,7 @@ def create_app(
                 400,
                 f"request body is not valid JSON: {errs[0].get('ctx', {}).get('error', '')}".strip(),
             )
-        n = _steps_over(errs)
+        n = steps_over(errs)
         if n is not None:
             return error(
                 413, f"{n} steps, over the limit of {cfg.max_score_steps} (--max-score-steps)"
@@ -223,7 +162,7 @@ def create_app(
             )
         for step in traj.steps:  # the numbers a client could send as steps obey the same rules
             try:
-                StepIn.model_validate({k: getattr(step, k) for k in _NUMBERS})
+                StepIn.model_validate({k: getattr(step, k) for k in NUMBERS})
             except ValidationError as e:
                 what = "; ".join(f"{x['loc'][0]}: {x['msg']}" for x in e.errors())
                 raise _Refused(422, f"transcript step {step.index}: {what}") from e
@@ -387,6 +326,3 @@ def create_app(
         errors=errors,
     )
     return app
-
-
-_NUMBERS = ("tokens_in", "tokens_out", "cost_usd", "timestamp")

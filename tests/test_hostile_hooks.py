@@ -203,20 +203,18 @@ def test_hook_transcript_limits(bundle, loop):
 
 
 def test_score_refuses_large_and_long_transcripts(bundle, loop, tmp_path):
-    p = failfast("score", "--bundle", str(bundle), str(loop), "--max-bytes", "2000")
-    assert p.returncode == 2
-    assert "over the limit of 2000 (--max-bytes)" in p.stderr
-    p = failfast("score", "--bundle", str(bundle), str(loop), "--max-steps", "3")
-    assert p.returncode == 2
-    assert "steps, over the limit of 3 (--max-steps)" in p.stderr
     bomb = tmp_path / "bomb.jsonl.gz"
     bomb.write_bytes(gzip.compress(b"\n" * 50_000_000, 9))  # 50 KB on disk
-    p = failfast("score", "--bundle", str(bundle), str(bomb), "--max-bytes", "1000000")
-    assert p.returncode == 2
-    assert "over 1000000 bytes once decompressed" in p.stderr
-    p = failfast("watch", "--bundle", str(bundle), str(bomb), "--max-bytes", "1000000")
-    assert p.returncode == 2
-    assert "once decompressed" in p.stderr
+    cases = [
+        ("score", loop, "--max-bytes", "2000", "over the limit of 2000 (--max-bytes)"),
+        ("score", loop, "--max-steps", "3", "steps, over the limit of 3 (--max-steps)"),
+        ("score", bomb, "--max-bytes", "1000000", "over 1000000 bytes once decompressed"),
+        ("watch", bomb, "--max-bytes", "1000000", "over 1000000 bytes once decompressed"),
+    ]
+    for command, path, flag, value, message in cases:
+        p = failfast(command, "--bundle", str(bundle), str(path), flag, value)
+        assert p.returncode == 2, (command, flag, p.stderr[-500:])
+        assert message in p.stderr
 
 
 def test_score_default_step_limit(bundle, fixtures_dir, tmp_path):
