@@ -244,13 +244,17 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     from monitor.errors import TranscriptError, TranscriptTooLarge
     from monitor.textio import json_safe
+    from serving.transcripts import check_readable
 
     try:
         scorer = _load_scorer(args)
-    except BundleError as e:
+        if Path(args.transcript).exists():  # a FIFO or a device will not turn into a transcript
+            check_readable(Path(args.transcript))
+    except (BundleError, TranscriptError) as e:
         return _problem(e)
     session = None
     seen = 0

@@ -127,7 +127,7 @@ def test_hook_applies_the_budgets_of_a_bundle_it_cannot_load(bundle, tmp_path, f
 # --- item 9: what the hook reads, and how long it waits ------------------------------------------
 
 
-def test_hook_reads_regular_files_only(tmp_path):
+def test_hook_and_watch_read_regular_files_only(bundle, tmp_path):
     """A FIFO nobody writes would block the hook forever; a device is not a transcript either.
     (/dev/zero is refused by the same check; not run here: the old code reads it until memory
     runs out.)"""
@@ -139,6 +139,9 @@ def test_hook_reads_regular_files_only(tmp_path):
         assert (p.returncode, p.stdout) == (0, "")
         assert "not a regular file" in p.stderr
         assert time.monotonic() - t0 < 30
+    p = failfast("watch", "--bundle", str(bundle), str(fifo), timeout=60)  # not until --idle
+    assert p.returncode == 2
+    assert "not a regular file" in p.stderr
 
 
 class _Trickle(http.server.BaseHTTPRequestHandler):
