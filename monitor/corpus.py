@@ -17,6 +17,7 @@ Trajectories.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import warnings
 from collections.abc import Iterable
@@ -165,7 +166,10 @@ def ingest(
     summary.warnings = sorted({str(w.message) for w in caught})
     for p in summary.problems:
         for s in summary.sources.values():
-            if s.root is not None and Path(p.path).resolve().is_relative_to(s.root.resolve()):
+            # realpath, not resolve(): a problem may be a symlink loop, which resolve() raises on
+            if s.root is not None and Path(os.path.realpath(p.path)).is_relative_to(
+                s.root.resolve()
+            ):
                 s.problems += 1
                 break
     write_corpus(runs, out)

@@ -31,3 +31,11 @@ class ConfigError(FailfastError):
 
 class BundleError(FailfastError):
     """A model bundle is missing files, has wrong hashes or incompatible versions."""
+
+
+class TranscriptTooLarge(TranscriptError):
+    """A transcript is over a size limit (bytes once decompressed, or steps)."""
+
+
+class Cancelled(FailfastError):
+    """Work stopped on request (e.g. the HTTP client that asked for it went away)."""

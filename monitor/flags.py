@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from monitor.config import StrictModel
+from monitor.shell import written_file
 from monitor.signals import is_edit, is_test_run, test_failed
 from monitor.types import Flag, Step, Trajectory
 
@@ -52,13 +53,18 @@ class FlagConfig(StrictModel):
     )
 
 
+# Every pattern below sees text from a run, so none may backtrack more than linearly (an
+# adversarial 1 MB string must cost milliseconds; tests/test_regex_linear.py, bench/bench_regex.py).
+# A file name starts where a run of path characters starts: without the lookbehind every position
+# inside a 40,000-character word restarts the greedy scan (quadratic: 12.8 s for a task of "a"s).
 _TASK_FILE = re.compile(
-    r"[\w./-]*\w\.(?:py|pyx|js|ts|tsx|jsx|c|h|cc|cpp|go|rs|java|rb|rst|txt|cfg|toml|ini|json|yaml|yml|html|css)\b"
+    r"(?<![\w./-])[\w./-]*\w\.(?:py|pyx|js|ts|tsx|jsx|c|h|cc|cpp|go|rs|java|rb|rst|txt|cfg|toml|ini|json|yaml|yml|html|css)\b"
 )
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
-_PATH_PREFIX = re.compile(r"^(?:/testbed/|/workspace/[^/]+/|/repo/|/app/|\./|/[\w.-]+__[\w.-]+/)")
-_SHELL_TARGET = re.compile(
-    r"(?:>>?|\btee\s+(?:-a\s+)?)\s*([\w./-]+\.\w+)|\bsed\s+[^|;&]*?-i\S*\s+.*?([\w./-]+\.\w+)\s*$"
+# `/owner__repo/`: the lookahead finds the `__` once, instead of retrying the rest of the
+# component from every `__` (quadratic on "/a__a__a...").
+_PATH_PREFIX = re.compile(
+    r"^(?:/testbed/|/workspace/[^/]+/|/repo/|/app/|\./|/(?=[\w.-]+__[\w.-])[\w.-]+/)"
 )
 _SUBMIT = re.compile(
     r"^\s*submit\b|COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT|MINI_SWE_AGENT_FINAL_OUTPUT"
@@ -66,7 +72,9 @@ _SUBMIT = re.compile(
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SKIPPED = re.compile(r"\b\d+ skipped\b|\(skipped=\d+\)|\bSKIPPED\b")
 _SUMMARY = re.compile(
-    r"^(?:=+ .*\b(?:passed|failed|error|skipped)\b.*=+|Ran \d+ tests?.*|OK\b.*|FAILED \(.*)$",
+    # `=== 2 passed in 1s ===`: a lookahead for the word, then one scan to the closing `=`
+    # (`.*\bword\b.*=+` rescans the line after every candidate word: quadratic).
+    r"^(?:=+ (?=.*\b(?:passed|failed|error|skipped)\b).*=|Ran \d+ tests?.*|OK\b.*|FAILED \(.*)$",
     re.MULTILINE,
 )
 _WORD = re.compile(r"[a-z_][a-z0-9_]{3,}")
@@ -110,10 +118,8 @@ def edited_files(step: Step, open_file: str = "") -> set[str]:
         return {open_file}  # SWE-agent edits the open file
     if len(words) > 1 and words[0] == "create":
         return {clean_path(words[1])}
-    m = _SHELL_TARGET.search(step.action[:2000])
-    if m:
-        return {clean_path(m.group(1) or m.group(2))}
-    return set()
+    target = written_file(step.action[:2000])
+    return {clean_path(target)} if target else set()
 
 
 def _content_words(text: str) -> set[str]:

@@ -7,6 +7,7 @@ offered with its first 64 KiB, decompressed when it is gzip. `format=` forces on
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import warnings
@@ -73,7 +74,7 @@ def detect(path: str | Path) -> ModuleType:
                 return module
         raise TranscriptError(path, "directory is not a run of any known format")
     if not path.exists():
-        raise TranscriptError(path, "no such file")
+        raise TranscriptError(path, _missing(path))
     head = head_bytes(path)
     if not head.strip():
         raise TranscriptError(path, "empty file")
@@ -88,6 +89,18 @@ def detect(path: str | Path) -> ModuleType:
     raise TranscriptError(
         path, f"unknown format (none of: {', '.join(FORMATS)}); use --format to force one"
     )
+
+
+def _missing(path: Path) -> str:
+    """Why an existing name cannot be read as a file: a symlink loop, a dangling link, or none."""
+    if not path.is_symlink():
+        return "no such file"
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "symbolic link loop (skipped)"
+    return f"broken symbolic link to {os.readlink(path)!r} (skipped)"
 
 
 def _module(path: Path, format: str | None) -> ModuleType:

@@ -36,7 +36,9 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 # C0/C1 control characters except \t and \n (\r is handled first).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _HSPACE = re.compile(r"[ \t\u00a0\u2000-\u200b\u3000]+")
-_TRAILING = re.compile(r" +\n")
+# Spaces before a newline, tried only where a run of spaces starts (from every space of a long
+# run not followed by a newline, ` +\n` would rescan the run: quadratic).
+_TRAILING = re.compile(r"(?<! ) +\n")
 _BLANKS = re.compile(r"\n{3,}")
 _ANY_SPACE = re.compile(r"\s+")
 _RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")

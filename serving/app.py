@@ -8,9 +8,11 @@
     DELETE /v1/sessions/{id}           close a session
     GET    /healthz, GET /metrics      liveness; Prometheus text (decisions by reason, latency)
 
-OpenAPI is served at /openapi.json and /docs. Bodies over `max_body_bytes` get 413, bad JSON 400,
-invalid fields 422, unknown sessions 404, a session past `max_steps` 409, too many sessions 429;
-every error body is {"error": message}. Idle sessions expire after `session_idle_seconds`.
+OpenAPI is served at /openapi.json and /docs. Every error body is {"error": message}: bad JSON
+or base64 400, invalid fields (non-finite numbers, negative token counts, a bad file name) 422,
+unknown sessions 404, a body or transcript over its limit 413, a body not received in time 408,
+a session past `max_steps` 409, no room for a session 429, an unexpected failure 500. The limits
+are the fields of ServiceConfig (docs/USAGE.md, "Limits the service enforces").
 """
 
 from __future__ import annotations
@@ -20,146 +22,40 @@ import binascii
 import logging
 import threading
 import time
-import uuid
-from typing import Any, Literal
+from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from monitor.config import StrictModel
-from monitor.errors import TranscriptError
+from monitor.errors import Cancelled, TranscriptError, TranscriptTooLarge
 from monitor.policy import PolicyConfig
-from monitor.session import Monitor
+from monitor.session import Monitor, Session
 from monitor.textio import json_safe
-from monitor.types import Step, Trajectory
+from monitor.types import Trajectory
+from serving.guard import Guard, error
+from serving.limits import ServiceConfig
 from serving.metrics import Counter, Histogram, gauge
 from serving.runs import score_transcript
+from serving.schemas import NUMBERS, ScoreRequest, SessionRequest, StepIn, steps_over
+from serving.sessions import Full, Live, SessionTable
 from serving.transcripts import read_transcript_bytes
 
 log = logging.getLogger(__name__)
 
-
-class ServiceConfig(StrictModel):
-    """Limits of the HTTP service."""
-
-    max_body_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1024, description="Largest request body."
-    )
-    max_steps: int = Field(default=5000, ge=1, description="Most steps one session may receive.")
-    max_sessions: int = Field(default=1024, ge=1, description="Most open sessions at once.")
-    max_concurrent: int = Field(
-        default=32,
-        ge=1,
-        description="Model calls run at once (more wait). 32 on 2 cores gave 2x the throughput of 2 "
-        "(bench/bench_load.py), lower it to bound memory.",
-    )
-    session_idle_seconds: float = Field(
-        default=1800.0, gt=0, description="Idle sessions expire after this."
-    )
+__all__ = ["ScoreRequest", "ServiceConfig", "SessionRequest", "StepIn", "create_app"]
 
 
-class StepIn(BaseModel):
-    """One normalised step (monitor.types.Step fields; all but `index` optional)."""
+class _Refused(Exception):
+    """A request refused while it was being worked on (status and message of the answer)."""
 
-    index: int | None = None
-    kind: str = "action"
-    thought: str = ""
-    tool: str = ""
-    action: str = ""
-    args: dict[str, Any] | None = None
-    observation: str = ""
-    is_error: bool = False
-    tokens_in: int = 0
-    tokens_out: int = 0
-    tokens_estimated: bool = True
-    cost_usd: float | None = None
-    timestamp: float | None = None
-    role: str = ""
-
-    def to_step(self, index: int) -> Step:
-        d = self.model_dump()
-        d["index"] = index if self.index is None else self.index
-        return Step.from_dict(d)
-
-
-class ScoreRequest(BaseModel):
-    """A whole run: `transcript` (native format) or `steps` (normalised)."""
-
-    transcript: str | None = Field(None, description="Transcript content (text, or base64).")
-    encoding: Literal["text", "base64"] = "text"
-    format: str | None = Field(None, description="Reader name; sniffed when absent.")
-    filename: str = Field("transcript.json", description="Name hint for readers.")
-    steps: list[StepIn] | None = None
-    task: str = ""
-    agent: str | None = Field(None, description="Agent family (overrides the transcript's).")
-    submission: str = Field(
-        "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
-    )
-    all_decisions: bool = Field(False, description="Return the Decision after every step.")
-
-
-class SessionRequest(BaseModel):
-    task: str = ""
-    agent: str | None = None
-    run: str = ""
-
-
-class _Live:
-    """A session of the service: the monitor Session, its lock, and its last use."""
-
-    def __init__(self, session: Any, score_session: Any) -> None:
-        self.session = session
-        self.score_session = score_session
-        self.lock = threading.Lock()
-        self.last_used = time.monotonic()
-        self.steps = 0
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-class _BodyLimit:
-    """ASGI middleware: 413 when a request body (declared or streamed) exceeds the limit.
-
-    A body without Content-Length (chunked) is read here first, up to the limit, and then replayed
-    to the app: an overflow raised inside FastAPI's body parsing would come out as a 400.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        too_big = _error(413, f"request body over {self.limit} bytes")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await too_big(scope, receive, send)
-            return
-        messages: list[dict] = []
-        seen = 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                break
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                await too_big(scope, receive, send)
-                return
-            if not message.get("more_body", False):
-                break
-
-        async def replay() -> dict:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 def create_app(
@@ -174,14 +70,22 @@ def create_app(
     """
     cfg = config or ServiceConfig()
     monitor = Monitor(policy or PolicyConfig.model_validate(scorer.policy), scorer=scorer)
-    sessions: dict[str, _Live] = {}
-    opening = [0]  # sessions being opened: counted against max_sessions (guarded by the lock)
-    sessions_lock = threading.Lock()
+    table = SessionTable(
+        max_sessions=cfg.max_sessions,
+        max_per_client=cfg.max_sessions_per_client,
+        idle_seconds=cfg.session_idle_seconds,
+        evict_idle_seconds=cfg.evict_idle_seconds,
+    )
     # Requests beyond `max_concurrent` queue here instead of oversubscribing the cores.
     slots = threading.BoundedSemaphore(cfg.max_concurrent)
     latency = Histogram("failfast_request_seconds", "Request latency by endpoint.")
     errors = Counter("failfast_errors_total", "Requests answered with an error, by status.")
     started = time.time()
+
+    class ScoreBody(ScoreRequest):
+        # The step limit is checked on the list's length before any step is validated (20,000
+        # steps cost ~1 s of validation each time, 2 M steps of a 16 MB body ~6 s).
+        steps: list[StepIn] | None = Field(None, max_length=cfg.max_score_steps)
 
     app = FastAPI(
         title="failfast-monitor",
@@ -189,93 +93,145 @@ def create_app(
         version="1",
     )
 
-    @app.middleware("http")
-    async def timing(request: Request, call_next: Any) -> Response:
-        t0 = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        label = getattr(route, "path", "unmatched")
-        latency.observe(f"{request.method} {label}", time.perf_counter() - t0)
-        if response.status_code >= 400:
-            errors.inc(str(response.status_code))
-        return response
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errs = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errs):
-            return _error(
+            return error(
                 400,
                 f"request body is not valid JSON: {errs[0].get('ctx', {}).get('error', '')}".strip(),
+            )
+        n = steps_over(errs)
+        if n is not None:
+            return error(
+                413, f"{n} steps, over the limit of {cfg.max_score_steps} (--max-score-steps)"
             )
         where = "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errs[:5]
         )
-        return _error(422, f"invalid request: {where}")
+        return error(422, f"invalid request: {where}")
 
-    def expire() -> None:
-        now = time.monotonic()
-        with sessions_lock:
-            for sid in [
-                s for s, live in sessions.items() if now - live.last_used > cfg.session_idle_seconds
-            ]:
-                del sessions[sid]
-                log.info("session %s expired after %.0f s idle", sid, cfg.session_idle_seconds)
+    def client_of(request: Request) -> str:
+        if cfg.client_header and (named := request.headers.get(cfg.client_header)):
+            return named.split(",")[0].strip()[:200]
+        return request.client.host if request.client else "unknown"
 
-    def get_live(sid: str) -> _Live | JSONResponse:
-        expire()
-        with sessions_lock:
-            live = sessions.get(sid)
+    def get_live(sid: str) -> Live | JSONResponse:
+        live = table.get(sid)
         if live is None:
-            return _error(404, f"unknown session {sid!r} (never opened, deleted, or expired)")
-        live.last_used = time.monotonic()
+            return error(
+                404, f"unknown session {sid!r} (never opened, deleted, expired or evicted)"
+            )
         return live
 
-    @app.post("/v1/score")
-    def score(req: ScoreRequest) -> Any:
-        """Score a whole run; returns scores per step, the thresholds and the decision."""
-        if (req.transcript is None) == (req.steps is None):
-            return _error(422, "give exactly one of `transcript` or `steps`")
-        if req.transcript is not None:
-            try:
-                data = (
-                    base64.b64decode(req.transcript, validate=True)
-                    if req.encoding == "base64"
-                    else req.transcript.encode()
-                )
-            except (binascii.Error, ValueError) as e:
-                return _error(400, f"transcript is not valid base64: {e}")
-            try:
-                traj = read_transcript_bytes(data, fmt=req.format, filename=req.filename)
-            except TranscriptError as e:
-                return _error(422, f"cannot read transcript: {e.reason}")
-            if req.task:
-                traj.task = req.task
-        else:
-            steps = [s.to_step(i) for i, s in enumerate(req.steps or [])]
-            traj = Trajectory(
+    def read_run(req: ScoreRequest) -> Trajectory:
+        """The request's run (steps or transcript), within the limits; _Refused otherwise."""
+        if req.steps is not None:
+            steps = [s.to_step(i) for i, s in enumerate(req.steps)]
+            return Trajectory(
                 id="request", instance_id="", agent=req.agent or "", task=req.task, steps=steps
             )
+        assert req.transcript is not None
+        try:
+            data = (
+                base64.b64decode(req.transcript, validate=True)
+                if req.encoding == "base64"
+                else req.transcript.encode("utf-8", "surrogatepass")
+            )
+        except (binascii.Error, ValueError) as e:
+            raise _Refused(400, f"transcript is not valid base64: {e}") from e
+        try:
+            traj = read_transcript_bytes(
+                data, fmt=req.format, filename=req.filename, max_bytes=cfg.max_transcript_bytes
+            )
+        except TranscriptTooLarge as e:
+            raise _Refused(
+                413, f"transcript {e.reason}".replace("--max-bytes", "--max-transcript-bytes")
+            ) from e
+        except TranscriptError as e:
+            raise _Refused(422, f"cannot read transcript: {e.reason}") from e
+        if len(traj.steps) > cfg.max_score_steps:
+            raise _Refused(
+                413,
+                f"transcript has {len(traj.steps)} steps, over the limit of "
+                f"{cfg.max_score_steps} (--max-score-steps)",
+            )
+        for step in traj.steps:  # the numbers a client could send as steps obey the same rules
+            try:
+                StepIn.model_validate({k: getattr(step, k) for k in NUMBERS})
+            except ValidationError as e:
+                what = "; ".join(f"{x['loc'][0]}: {x['msg']}" for x in e.errors())
+                raise _Refused(422, f"transcript step {step.index}: {what}") from e
+        if req.task:
+            traj.task = req.task
+        return traj
+
+    def score_now(req: ScoreRequest, cancel: threading.Event) -> Any:
+        traj = read_run(req)
         if req.agent is not None:
             traj.agent = req.agent
         if req.submission:
             traj.submission = req.submission
-        with slots:
-            result = score_transcript(scorer, traj, monitor=monitor)
+        while not slots.acquire(timeout=0.25):
+            if cancel.is_set():
+                raise Cancelled("the client went away while the request waited for a slot")
+        try:
+            result = score_transcript(scorer, traj, monitor=monitor, cancelled=cancel.is_set)
+        finally:
+            slots.release()
         return json_safe(result.to_dict(all_decisions=req.all_decisions))
 
+    async def score(req: ScoreBody, request: Request) -> Any:
+        """Score a whole run; returns scores per step, the thresholds and the decision.
+
+        The work runs in a worker thread and stops (status 499 in the metrics) as soon as the
+        client disconnects: 20,000 steps went on computing for two minutes after the client left.
+        """
+        if (req.transcript is None) == (req.steps is None):
+            return error(422, "give exactly one of `transcript` or `steps`")
+        cancel = threading.Event()
+
+        async def watch_client() -> None:
+            while not cancel.is_set():
+                if await request.is_disconnected():
+                    cancel.set()
+                    return
+                await anyio.sleep(0.2)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch_client)
+            try:
+                return await anyio.to_thread.run_sync(score_now, req, cancel)
+            except _Refused as e:
+                return error(e.status, e.message)
+            except Cancelled as e:
+                log.info("/v1/score: %s", e)
+                return error(499, "the client closed the request; scoring stopped")
+            finally:
+                cancel.set()
+                tasks.cancel_scope.cancel()
+
+    score.__annotations__["req"] = ScoreBody  # a local class: not resolvable from its name
+    app.post("/v1/score")(score)
+
     @app.post("/v1/sessions", status_code=201)
-    def open_session(req: SessionRequest) -> Any:
-        """Open a live session; returns its id and the thresholds it will use."""
-        expire()
-        with sessions_lock:
-            if len(sessions) + opening[0] >= cfg.max_sessions:
-                return _error(429, f"too many open sessions ({cfg.max_sessions}); close some first")
-            opening[0] += 1  # reserve the slot before the (slow) scorer start
+    def open_session(req: SessionRequest, request: Request) -> Any:
+        """Open a live session; returns its id and the thresholds it will use.
+
+        At most `max_sessions` in all and `max_sessions_per_client` per client; when full, the
+        idlest session is evicted if idle over `evict_idle_seconds` (serving/sessions.py).
+        """
+        client = client_of(request)
+        try:
+            table.reserve(client)
+        except Full as e:
+            return error(429, str(e))
         try:
             score_session = scorer.start(req.task, req.agent)
-            from monitor.session import Session
-
             session = Session(
                 monitor.config,
                 score_session,
@@ -284,12 +240,10 @@ def create_app(
                 log=monitor.log,
                 run=req.run,
             )
-            sid = uuid.uuid4().hex
-            with sessions_lock:
-                sessions[sid] = _Live(session, score_session)
-        finally:
-            with sessions_lock:
-                opening[0] -= 1
+        except BaseException:
+            table.cancel(client)
+            raise
+        sid = table.add(client, session, score_session)
         return json_safe(
             {
                 "session_id": sid,
@@ -307,7 +261,7 @@ def create_app(
             return live
         with live.lock:
             if live.steps >= cfg.max_steps:
-                return _error(409, f"session {sid} reached the limit of {cfg.max_steps} steps")
+                return error(409, f"session {sid} reached the limit of {cfg.max_steps} steps")
             with slots:
                 decision = live.session.observe(step.to_step(live.steps))
             live.steps += 1
@@ -325,24 +279,28 @@ def create_app(
     @app.delete("/v1/sessions/{sid}", status_code=204)
     def close(sid: str) -> Response:
         """Close a session (its cache is freed)."""
-        with sessions_lock:
-            live = sessions.pop(sid, None)
-        if live is None:
-            return _error(404, f"unknown session {sid!r} (never opened, deleted, or expired)")
+        if table.pop(sid) is None:
+            return error(
+                404, f"unknown session {sid!r} (never opened, deleted, expired or evicted)"
+            )
         return Response(status_code=204)
 
     @app.get("/healthz")
     def healthz() -> Any:
-        """Liveness and what is loaded."""
-        expire()
+        """Liveness and what is loaded (the bundle's folder name and monitor.json sha256, never
+        its path on this machine)."""
+        table.expire()
         bundle = getattr(scorer, "bundle", None)
-        return {
-            "status": "ok",
-            "sessions": len(sessions),
-            "bundle": str(bundle.path) if bundle is not None else None,
-            "int8": bool(getattr(scorer, "int8", False)),
-            "uptime_seconds": round(time.time() - started, 1),
-        }
+        return json_safe(
+            {
+                "status": "ok",
+                "sessions": len(table),
+                "bundle": bundle.path.name if bundle is not None else None,
+                "bundle_sha256": getattr(bundle, "sha256", None) or None,
+                "int8": bool(getattr(scorer, "int8", False)),
+                "uptime_seconds": round(time.time() - started, 1),
+            }
+        )
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
@@ -351,9 +309,20 @@ def create_app(
             monitor.log.prometheus_text()
             + latency.text()
             + errors.text("status")
-            + gauge("failfast_sessions_open", "Open live sessions.", len(sessions))
+            + gauge("failfast_sessions_open", "Open live sessions.", len(table))
+            + gauge(
+                "failfast_sessions_evicted",
+                "Sessions closed to make room for new ones since start.",
+                table.evicted,
+            )
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    app.add_middleware(_BodyLimit, limit=cfg.max_body_bytes)
+    app.add_middleware(
+        Guard,
+        max_body_bytes=cfg.max_body_bytes,
+        body_timeout=cfg.body_timeout_seconds,
+        latency=latency,
+        errors=errors,
+    )
     return app

@@ -67,10 +67,13 @@ class Bundle:
     Attributes:
         path: the bundle folder.
         manifest: monitor.json as a dict.
+        sha256: sha256 of monitor.json as read (it lists the sha256 of every other file, so it
+            names the whole bundle; what `--bundle-sha256` pins).
     """
 
     path: Path
     manifest: dict[str, Any] = field(default_factory=dict)
+    sha256: str = ""
 
     @property
     def featuriser(self) -> dict[str, Any]:
@@ -122,29 +125,47 @@ class Bundle:
         return table.lookup(agent, self.target if target is None else target)
 
 
-def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
+def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = None) -> Bundle:
     """Load and check a bundle folder.
 
     Args:
         path: the bundle folder (holding monitor.json).
         verify: check the sha256 of every listed file (reads every byte once).
+        sha256: the expected sha256 (hex) of monitor.json, pinned by whoever deploys the
+            bundle; None: not checked. The file hashes inside monitor.json only detect
+            corruption; the pin also detects a bundle whose hashes were recomputed after a change.
 
     Raises:
-        BundleError: missing folder/files, unreadable monitor.json, a hash mismatch, an unknown
-            bundle format, an onnxruntime too old, or signals this monitor does not compute.
+        BundleError: missing folder/files, unreadable monitor.json, a monitor.json other than
+            the pinned one, a field of the wrong type, a hash mismatch, an unknown bundle
+            format, an onnxruntime too old, or signals this monitor does not compute.
     """
     root = Path(path)
     mpath = root / MANIFEST
     if not root.is_dir():
         raise BundleError(f"{root}: bundle folder not found")
     try:
-        manifest = json.loads(mpath.read_text())
+        raw = mpath.read_bytes()
     except OSError as e:
         raise BundleError(f"{mpath}: cannot read bundle manifest: {e.strerror or e}") from e
+    manifest_sha256 = hashlib.sha256(raw).hexdigest()
+    if sha256 is not None and manifest_sha256 != sha256.strip().lower():
+        raise BundleError(
+            f"{mpath}: sha256 is {manifest_sha256}, not the pinned {sha256.strip().lower()} "
+            "(--bundle-sha256): the bundle was changed or is not the one you deployed"
+        )
+    try:
+        manifest = json.loads(raw)
     except ValueError as e:
         raise BundleError(f"{mpath}: invalid JSON: {e}") from e
     if not isinstance(manifest, dict):
         raise BundleError(f"{mpath}: manifest must be a JSON object")
+    for name, kind in _FIELD_TYPES.items():
+        if manifest.get(name) is not None and not isinstance(manifest[name], kind):
+            raise BundleError(
+                f"{mpath}: field {name!r} must be {_KIND_NAMES[kind]}, not "
+                f"{type(manifest[name]).__name__} ({json.dumps(manifest[name], default=str)[:80]})"
+            )
     versions = manifest.get("versions") or {}
     fmt = versions.get("bundle_format")
     if fmt != BUNDLE_FORMAT:
@@ -166,6 +187,8 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{mpath}: no file hashes ('files') in the manifest")
+    if not all(isinstance(v, str) for v in files.values()):
+        raise BundleError(f"{mpath}: 'files' must map file names to sha256 strings")
     for name in REQUIRED:
         if name not in files:
             raise BundleError(f"{mpath}: required file {name} is not listed")
@@ -177,4 +200,70 @@ def load_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
             raise BundleError(f"{p}: listed in monitor.json but missing")
         if verify and sha256_file(p) != digest:
             raise BundleError(f"{p}: sha256 does not match monitor.json (file changed or corrupt)")
-    return Bundle(root, manifest)
+    bundle = Bundle(root, manifest, manifest_sha256)
+    check_manifest(bundle, mpath)
+    return bundle
+
+
+def check_manifest(bundle: Bundle, mpath: Path) -> None:
+    """Every field the scorer will read, read once now: a wrong type is a BundleError naming the
+    field at load time, not an exception in the middle of a run (where `failfast watch` would
+    exit 1, the stop code).
+    """
+    from monitor.featurise import FeaturiserConfig
+    from monitor.policy import PolicyConfig
+
+    m = bundle.manifest
+    checks: dict[str, Any] = {  # in dependency order: policy reads the thresholds' schedule
+        "thresholds": lambda: [
+            bundle.thresholds_for(agent, float(target))
+            for agent in [None, *(table.per_agent if (table := bundle.thresholds) else {})]
+            for target in [bundle.target, *(table.targets if table else [])]
+        ],
+        "featuriser": lambda: FeaturiserConfig.model_validate(bundle.featuriser),
+        "policy": lambda: PolicyConfig.model_validate(bundle.policy),
+        "target": lambda: 0 < bundle.target < 1 or _bad("a number between 0 and 1"),
+        "kv": lambda: (
+            all(k in bundle.kv for k in ("n_layers", "kv_heads", "head_dim"))
+            or _bad("an object with n_layers, kv_heads and head_dim")
+        ),
+    }
+    for name, check in checks.items():
+        try:
+            check()
+        except Exception as e:  # noqa: BLE001 - any failure here is a malformed field
+            value = json.dumps(m.get(name), default=str)[:120]
+            raise BundleError(
+                f"{mpath}: field {name!r} is malformed ({e}); it holds {value}"
+            ) from e
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "versions": dict,
+    "files": dict,
+    "featuriser": dict,
+    "thresholds": dict,
+    "policy": dict,
+    "kv": dict,
+    "signal_names": list,
+    "target": (int, float),
+}
+_KIND_NAMES = {dict: "an object", list: "a list", (int, float): "a number"}
+
+
+def _bad(what: str) -> bool:
+    raise ValueError(f"must be {what}")
+
+
+def read_policy(path: str | Path) -> dict[str, Any]:
+    """The bundle's PolicyConfig dict, read leniently (no hash check): what a hook whose bundle
+    failed to load still applies (loops, budgets). {} when even that cannot be read."""
+    from monitor.policy import PolicyConfig
+
+    try:
+        manifest = json.loads((Path(path) / MANIFEST).read_bytes())
+        policy = Bundle(Path(path), manifest).policy
+        PolicyConfig.model_validate(policy)
+    except Exception:  # noqa: BLE001 - a broken manifest just means the default policy
+        return {}
+    return policy

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from monitor.errors import Cancelled
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor
 from monitor.types import Decision, Step, Trajectory
@@ -95,18 +96,33 @@ def score_transcript(
     *,
     policy: PolicyConfig | None = None,
     monitor: Monitor | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Score every prefix of `traj` and replay the policy to get a Decision per step.
 
     Args:
-        scorer: a serving.Scorer.
+        scorer: a serving.Scorer; None: the model-free halts only (loops, budgets), e.g. when
+            the bundle could not be loaded.
         traj: the run (finished or partial).
-        policy: decision policy; None: the bundle's.
+        policy: decision policy; None: the bundle's (PolicyConfig() without a scorer).
         monitor: a Monitor whose decision log should count these decisions (its policy is used).
+        cancelled: polled between graph calls and every few hundred steps; when it returns
+            True the work stops with `Cancelled` (the client went away).
+
+    Raises:
+        Cancelled: `cancelled()` said so. Nothing else: a failing scorer gives `monitor_error`.
     """
+    if scorer is None:
+        return _heuristics_only(traj, policy or PolicyConfig(), cancelled)
     try:
-        scores = scorer.score_run(traj)
+        scores = (
+            scorer.score_run(traj)
+            if cancelled is None
+            else scorer.score_run(traj, cancelled=cancelled)
+        )
         th = scorer.thresholds(traj.agent or None)
+    except Cancelled:
+        raise
     except Exception as e:  # a failing scorer never raises into the harness
         log.exception("monitor_error while scoring %s", traj.id or traj.path)
         err = Decision("continue", reason="monitor_error", evidence={"error": repr(e)})
@@ -128,9 +144,24 @@ def score_transcript(
         warn_threshold=_finite(th.warn),
         threshold_source=th.source,
     )
-    for step in traj.steps:
+    _replay(session, traj, result, cancelled)
+    return result
+
+
+def _replay(session: Any, traj: Trajectory, result: RunResult, cancelled: Any) -> None:
+    for k, step in enumerate(traj.steps):
+        if cancelled is not None and k % 256 == 0 and cancelled():
+            raise Cancelled(f"stopped replaying {traj.id or 'the run'} at step {k}")
         d = session.observe(step)
         result.decisions.append(d)
         if d.stop and result.stop is None:
             result.stop = d
+
+
+def _heuristics_only(traj: Trajectory, policy: PolicyConfig, cancelled: Any) -> RunResult:
+    """Decisions of the model-free halts (no scores): what a harness still gets without a model."""
+    session = Monitor(policy).start(traj.task, traj.agent or None, run=traj.id)
+    session.diff = traj.submission
+    result = RunResult(scores=[float("nan")] * len(traj.steps), threshold_source="none (no model)")
+    _replay(session, traj, result, cancelled)
     return result

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monitor.errors import BundleError
+from monitor.errors import BundleError, Cancelled
 from monitor.featurise import Featuriser, FeaturiserConfig
 from monitor.signals import SIGNAL_NAMES, SignalTracker, signal_matrix
 from monitor.thresholds import Thresholds
@@ -130,13 +131,24 @@ class Scorer:
         int8: bool = False,
         target: float | None = None,
         verify: bool = True,
+        sha256: str | None = None,
     ) -> Scorer:
         """Load a bundle folder (hashes and versions checked) and open its graphs.
 
+        Args:
+            sha256: the pinned sha256 of the bundle's monitor.json (see `load_bundle`).
+
         Raises:
-            BundleError: the bundle is missing files, corrupt, or of another version.
+            BundleError: the bundle is missing files, corrupt, of another version, not the
+                pinned one, or a graph or the tokenizer cannot be loaded.
         """
-        return cls(load_bundle(bundle, verify=verify), threads=threads, int8=int8, target=target)
+        loaded = load_bundle(bundle, verify=verify, sha256=sha256)
+        try:
+            return cls(loaded, threads=threads, int8=int8, target=target)
+        except BundleError:
+            raise
+        except Exception as e:  # onnxruntime / tokenizers refusing a file, a bad field
+            raise BundleError(f"{loaded.path}: cannot load the bundle: {e}") from e
 
     @property
     def policy(self) -> dict[str, Any]:
@@ -151,13 +163,26 @@ class Scorer:
         """(n_steps, S) float32 raw signals in the bundle's column order."""
         return signal_matrix(traj)[:, self.signal_index].astype(np.float32)
 
-    def score_run(self, traj: Trajectory) -> list[float]:
-        """P(unresolved | steps 1..k) for every k, one graph call per featuriser window."""
+    def score_run(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> list[float]:
+        """P(unresolved | steps 1..k) for every k, one graph call per featuriser window.
+
+        Args:
+            traj: the run.
+            cancelled: polled before each graph call; True stops the work (`Cancelled`).
+
+        Raises:
+            FloatingPointError: a score is not finite (e.g. a NaN cost reached the signals).
+            Cancelled: `cancelled()` returned True.
+        """
         if not traj.steps:
             return []
         sig = self._signals(traj)
         out = np.zeros(len(traj.steps), dtype=np.float64)
         for w in self.featuriser.windows(traj):
+            if cancelled is not None and cancelled():
+                raise Cancelled(f"stopped scoring {traj.id or 'the run'} at step {w.steps[0]}")
             steps = np.asarray(w.steps, dtype=np.int64)
             feed = {
                 "input_ids": np.asarray([w.ids], dtype=np.int64),
@@ -169,6 +194,9 @@ class Scorer:
                 ["logits"], {k: v for k, v in feed.items() if k in self._full_inputs}
             )[0]
             out[steps - 1] = sigmoid(logits[0])
+        bad = np.flatnonzero(~np.isfinite(out))
+        if bad.size:
+            raise FloatingPointError(f"non-finite score at step {int(bad[0]) + 1}")
         return out.tolist()
 
     def score_prefix(self, traj: Trajectory, k: int) -> float:

@@ -46,7 +46,7 @@ from monitor.formats._fields import (
 )
 from monitor.formats._layout import place_task_dir, run_id
 from monitor.ledger import fill_estimates
-from monitor.textio import load_json, read_text, strip_gz
+from monitor.textio import between, load_json, read_text, strip_gz
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "autocoderover"
@@ -70,7 +70,6 @@ _PATCH_FAILED = (
     "The buggy locations is not precise",
 )
 _PATCH_OK = ("Extracted a patch", "Written a patch that resolves the issue")
-_ISSUE = re.compile(r"<issue>(.*?)</issue>", re.S)
 
 
 def _files(path: Path, prefix: str) -> list[Path]:
@@ -204,8 +203,8 @@ def _parse(path: Path) -> Trajectory:
         first = next(
             (content_text(x.get("content")) for x in messages if x.get("role") == "user"), ""
         )
-        found = _ISSUE.search(first)
-        task = (found.group(1) if found else first).strip()
+        found = between(first, "<issue>", "</issue>")  # a regex `(.*?)` is quadratic here
+        task = (first if found is None else found).strip()
     patches = _files(path, "extracted_patch_")
     source, run = place_task_dir(path)
     start, end = as_float(cost.get("start_epoch")), as_float(cost.get("end_epoch"))

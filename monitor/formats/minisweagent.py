@@ -39,7 +39,7 @@ from monitor.formats._fields import (
 )
 from monitor.formats._layout import place_file, run_id
 from monitor.ledger import fill_estimates
-from monitor.textio import load_json, strip_gz
+from monitor.textio import between, load_json, strip_gz
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "mini-swe-agent"
@@ -50,10 +50,7 @@ _SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINA
 _FORMAT_ERROR = "Please always provide EXACTLY ONE action"
 _TIMEOUT = re.compile(r"The last command .{0,200}timed out", re.S)
 _INFO_FIRST = re.compile(rb'\{\s*"info"\s*:\s*\{\s*"exit_status"\s*:')
-_PR = re.compile(
-    r"<pr_description>\s*(?:Consider the following PR description:\s*)?(.*?)\s*</pr_description>",
-    re.S,
-)
+_PR_LEAD = "Consider the following PR description:"
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -74,9 +71,9 @@ def _task(messages: list[dict[str, Any]], config: dict[str, Any]) -> str:
     """The problem statement, cut out of the first user message."""
     first = next((m for m in messages if m.get("role") == "user"), {})
     text = _content(first.get("content"))
-    m = _PR.search(text)
-    if m:
-        return m.group(1)
+    pr = between(text, "<pr_description>", "</pr_description>")
+    if pr is not None:  # not a regex: `\s*(.*?)\s*` is cubic on a long run of spaces
+        return pr.strip().removeprefix(_PR_LEAD).strip()
     template = as_str(as_dict(config.get("agent")).get("instance_template"))
     if "{{task}}" in template:
         pre, _, post = template.partition("{{task}}")
@@ -115,15 +112,24 @@ def _action(msg: dict[str, Any]) -> tuple[str, str, dict[str, Any] | None, int]:
     actions = as_list(as_dict(msg.get("extra")).get("actions"))
     if actions and isinstance(as_dict(actions[0]).get("command"), str):
         return "bash", as_dict(actions[0])["command"], None, len(actions)
-    blocks = _BASH_BLOCK.findall(_content(msg.get("content")))
+    blocks = _bash_blocks(_content(msg.get("content")))
     if len(blocks) == 1:
         return "bash", blocks[0].strip(), None, 1
     return "", "", None, len(blocks)
 
 
+def _bash_blocks(text: str) -> list[str]:
+    """The ```bash blocks of a message. The search ends at the last closing fence: past it no
+    block can close, and the lazy `(.*?)` would rescan the rest from every opening (quadratic)."""
+    end = text.rfind("\n```")
+    return _BASH_BLOCK.findall(text, 0, end + 4) if end >= 0 else []
+
+
 def _thought(msg: dict[str, Any]) -> str:
     text = _content(msg.get("content"))
-    text = _BASH_BLOCK.split(text, 1)[0] if "```" in text else text
+    end = text.rfind("\n```") + 4  # see _bash_blocks
+    m = _BASH_BLOCK.search(text, 0, end) if end >= 4 else None
+    text = text[: m.start()] if m else text
     return re.sub(r"^\s*THOUGHT:\s*", "", text).strip()
 
 

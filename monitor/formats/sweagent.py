@@ -43,7 +43,7 @@ from monitor.formats._fields import (
 )
 from monitor.formats._layout import place_file, run_id
 from monitor.ledger import fill_estimates
-from monitor.textio import load_json, strip_gz
+from monitor.textio import between, load_json, strip_gz
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "swe-agent"
@@ -63,10 +63,12 @@ _ERROR = re.compile(
     r"|^[Uu]sage: ",
     re.M,
 )
+# Where the issue text sits in the first user message: (start, end) markers, found with str.find
+# (as regexes `start(.*?)end` they are quadratic without an end, cubic on long runs of spaces).
 _ISSUE = (
-    re.compile(r"ISSUE:\n(.*?)\n\nINSTRUCTIONS:", re.S),
-    re.compile(r"<pr_description>\s*(.*?)\s*</pr_description>", re.S),
-    re.compile(r"<issue>\s*(.*?)\s*</issue>", re.S),
+    ("ISSUE:\n", "\n\nINSTRUCTIONS:"),
+    ("<pr_description>", "</pr_description>"),
+    ("<issue>", "</issue>"),
 )
 _HARNESS_EXIT = re.compile(r"^exit_\w+$")
 
@@ -85,10 +87,10 @@ def _task(history: list[dict[str, Any]], data: dict[str, Any]) -> str:
         if msg.get("role") != "user":
             continue
         text = content_text(msg.get("content"))
-        for pattern in _ISSUE:
-            m = pattern.search(text)
-            if m:
-                return m.group(1).strip()
+        for start, end in _ISSUE:
+            issue = between(text, start, end)
+            if issue is not None:
+                return issue.strip()
     ps = as_dict(_replay(data).get("problem_statement"))
     if as_str(ps.get("text")):
         return as_str(ps.get("text"))

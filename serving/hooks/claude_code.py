@@ -10,6 +10,11 @@ and for PreToolUse `tool_name` / `tool_input`). The hook answers on stdout, exit
   beside the transcript (`<transcript>.failfast-restart.json`).
 - warn: `{"systemMessage": ...}` (shown to the user; the run goes on).
 - continue, or any failure of the monitor itself: no output (never blocks the session).
+  A bundle that cannot be loaded still leaves the model-free halts (stuck loops, and the
+  budgets of its monitor.json when that can be read): a stop from them is answered as above.
+
+The transcript must be a regular file (a FIFO or /dev/zero is refused) of at most `--max-bytes`
+bytes and `--max-steps` steps; past that the hook logs monitor_error and says nothing.
 
 settings.json:
     {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
@@ -18,8 +23,9 @@ settings.json:
 Claude Code starts a new process per event, so with `--bundle` every event verifies the bundle
 (sha256 of every file), starts an ONNX Runtime session and scores the whole transcript. With
 `--url` the hook reads the transcript and sends its steps to a running `failfast serve`
-(`POST /v1/score`, standard library only, `--timeout` seconds, default 5): one HTTP call, no model
-load. Answers and restart packets are the same as with `--bundle` on the same bundle (non-finite
+(`POST /v1/score`, standard library only): one HTTP call, no model load. `--timeout` (default 5 s)
+is an overall deadline for the whole call (connect, send, answer): a service that trickles its
+answer byte by byte cannot hold the hook. Answers and restart packets are the same as with `--bundle` on the same bundle (non-finite
 numbers are written as null in both). A service that is down, slow or answers badly gives no
 output, exit 0 and a `monitor_error` log line on stderr.
 
@@ -39,14 +45,17 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from monitor.errors import TranscriptError
 from monitor.textio import json_safe
-from monitor.types import Decision, Flag, RestartPacket
+from monitor.types import Decision, Flag, RestartPacket, Trajectory
 from serving.hooks.minisweagent import write_restart
+from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -87,30 +96,60 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
     return {}
 
 
-def decide(event: dict[str, Any], scorer: Any) -> Decision:
-    """Score the event's transcript and replay the policy; the first stop, else the last decision."""
-    from serving.runs import score_transcript
+def read_run(
+    event: dict[str, Any], *, max_bytes: int = MAX_TRANSCRIPT_BYTES, max_steps: int = MAX_STEPS
+) -> Trajectory:
+    """The event's transcript (a regular file within the limits); TranscriptError otherwise."""
+    from monitor.errors import TranscriptTooLarge
     from serving.transcripts import read_transcript
 
-    traj = read_transcript(event["transcript_path"], "claude-code")
+    traj = read_transcript(event["transcript_path"], "claude-code", max_bytes=max_bytes)
+    if len(traj.steps) > max_steps:
+        raise TranscriptTooLarge(
+            traj.path, f"{len(traj.steps)} steps, over the limit of {max_steps} (--max-steps)"
+        )
     traj.agent = traj.agent or AGENT
-    return score_transcript(scorer, traj).final
+    return traj
+
+
+def decide(
+    event: dict[str, Any],
+    scorer: Any,
+    *,
+    policy: Any = None,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
+) -> Decision:
+    """Score the event's transcript and replay the policy; the first stop, else the last decision.
+
+    `scorer` None: the model-free halts only, under `policy` (a PolicyConfig; None: defaults).
+    """
+    from serving.runs import score_transcript
+
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    return score_transcript(scorer, traj, policy=policy).final
 
 
 class ServiceError(RuntimeError):
     """The scoring service could not be reached or gave an unusable answer."""
 
 
-def decide_remote(event: dict[str, Any], url: str, *, timeout: float = 5.0) -> Decision:
+def decide_remote(
+    event: dict[str, Any],
+    url: str,
+    *,
+    timeout: float = 5.0,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
+) -> Decision:
     """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
 
     Raises:
-        ServiceError: the service is down, too slow (`timeout` seconds per connect / read), answers
-            with an error status, or its answer has no usable decision.
+        ServiceError: the service is down, has not answered in full within `timeout` seconds
+            (one deadline for connect, send and the whole answer), answers with an error
+            status, or its answer has no usable decision.
     """
-    from serving.transcripts import read_transcript
-
-    traj = read_transcript(event["transcript_path"], "claude-code")
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
     body = {
         "steps": [s.to_dict() for s in traj.steps],
         "task": traj.task,
@@ -124,22 +163,46 @@ def decide_remote(event: dict[str, Any], url: str, *, timeout: float = 5.0) -> D
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    try:
-        # No proxy from the environment: the transcript goes to the monitor service named by
-        # --url and nowhere else (an http_proxy would otherwise receive loopback requests too).
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(request, timeout=timeout) as response:
-            raw = response.read()
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:300].decode(errors="replace")
-        raise ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}") from e
-    except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
-        reason = getattr(e, "reason", e)
-        raise ServiceError(f"{endpoint} unreachable: {reason}") from e
+    raw = _post_within(request, timeout)
     try:
         return decision_from_dict(json.loads(raw)["decision"])
     except (ValueError, KeyError, TypeError) as e:
         raise ServiceError(f"{endpoint} gave no usable decision: {e!r}") from e
+
+
+def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
+    """The answer's body, or ServiceError; the whole exchange must end within `timeout` seconds.
+
+    urllib's timeout bounds each socket operation, so a service that sends a byte every few
+    seconds would hold the hook forever; the call runs in a daemon thread and is abandoned at
+    the deadline (the process exits right after the hook answers).
+    """
+    endpoint = request.full_url
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            # No proxy from the environment: the transcript goes to the monitor service named by
+            # --url and nowhere else (an http_proxy would otherwise receive loopback requests too).
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(request, timeout=timeout) as response:
+                box["raw"] = response.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read()[:300].decode(errors="replace")
+            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}")
+        except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
+            box["error"] = ServiceError(f"{endpoint} unreachable: {getattr(e, 'reason', e)}")
+        except Exception as e:  # noqa: BLE001 - reported to the caller like any other failure
+            box["error"] = ServiceError(f"{endpoint}: {e!r}")
+
+    worker = threading.Thread(target=call, name="failfast-hook-post", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise ServiceError(f"{endpoint} timed out: no full answer within {timeout:g} s (--timeout)")
+    if "error" in box:
+        raise box["error"]
+    return box["raw"]
 
 
 def decision_from_dict(d: dict[str, Any]) -> Decision:
@@ -165,23 +228,31 @@ def run_hook(
     *,
     url: str | None = None,
     timeout: float = 5.0,
+    policy: Any = None,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
     Args:
         event: the hook event from stdin.
-        scorer: a loaded serving.Scorer (`--bundle`); unused when `url` is given.
+        scorer: a loaded serving.Scorer (`--bundle`); unused when `url` is given; None without
+            `url`: the model-free halts only, under `policy` (the bundle failed to load).
         url: base URL of a running `failfast serve` (`--url`): one HTTP call, no model load.
-        timeout: seconds to wait for the service (per connect / read).
+        timeout: overall deadline (seconds) of the call to the service.
+        policy: the PolicyConfig for the model-free halts when `scorer` is None.
+        max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
     """
+    limits = {"max_bytes": max_bytes, "max_steps": max_steps}
     try:
         if not event.get("transcript_path"):
             raise ValueError("hook event has no transcript_path")
         if url:
-            decision = decide_remote(event, url, timeout=timeout)
+            decision = decide_remote(event, url, timeout=timeout, **limits)
         else:
-            decision = decision_from_dict(json_safe(decide(event, scorer).to_dict()))
-    except ServiceError as e:
+            found = decide(event, scorer, policy=policy, **limits)
+            decision = decision_from_dict(json_safe(found.to_dict()))
+    except (ServiceError, TranscriptError) as e:
         log.error("failfast hook: monitor_error: %s; letting the session continue", e)
         return {}
     except Exception as e:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from monitor.errors import BundleError
@@ -19,17 +20,70 @@ def _scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument(
         "--target", type=float, default=None, help="run-level FPR target (default: bundle's)"
     )
+    _pin_arg(p)
+
+
+def _pin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bundle-sha256",
+        default=None,
+        metavar="HEX",
+        help="refuse the bundle unless its monitor.json has this sha256 (it lists the sha256 of "
+        "every other file); see docs/USAGE.md, trust model",
+    )
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
+
+    p.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_TRANSCRIPT_BYTES,
+        help=f"refuse a transcript larger than this once decompressed (default {MAX_TRANSCRIPT_BYTES})",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=MAX_STEPS,
+        help=f"refuse a transcript with more steps (default {MAX_STEPS})",
+    )
 
 
 def _load_scorer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from serving.scorer import Scorer
 
-    return Scorer.load(args.bundle, threads=args.threads, int8=args.int8, target=args.target)
+    return Scorer.load(
+        args.bundle,
+        threads=args.threads,
+        int8=args.int8,
+        target=args.target,
+        sha256=args.bundle_sha256,
+    )
+
+
+def _read_limited(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The transcript of `args`, within --max-bytes and --max-steps (TranscriptError otherwise)."""
+    from monitor.errors import TranscriptTooLarge
+    from serving.transcripts import read_transcript
+
+    traj = read_transcript(args.transcript, args.format, max_bytes=args.max_bytes)
+    if len(traj.steps) > args.max_steps:
+        raise TranscriptTooLarge(
+            args.transcript,
+            f"{len(traj.steps)} steps, over the limit of {args.max_steps} (--max-steps)",
+        )
+    return traj
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the serving subcommands to the `failfast` parser."""
-    p = sub.add_parser("score", help="score a finished or partial transcript with a bundle")
+    from serving.limits import add_flags
+
+    p = sub.add_parser(
+        "score",
+        help="score a finished or partial transcript with a bundle (exit 1: stop, 2: problem)",
+    )
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file or run folder (any supported format)")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
@@ -37,17 +91,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--agent", default=None, help="agent family for thresholds (default: the transcript's)"
     )
     p.add_argument("--json", action="store_true", help="print JSON (scores, every decision)")
+    _limit_args(p)
     p.set_defaults(func=_score)
 
     p = sub.add_parser("serve", help="HTTP scoring service (FastAPI + uvicorn)")
     _scorer_args(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-body-bytes", type=int, default=None, help="largest request body")
-    p.add_argument("--max-steps", type=int, default=None, help="most steps per session")
-    p.add_argument("--max-sessions", type=int, default=None, help="most open sessions")
-    p.add_argument("--idle-seconds", type=float, default=None, help="idle sessions expire after")
-    p.add_argument("--max-concurrent", type=int, default=None, help="model calls at once")
+    add_flags(p)  # one flag per ServiceConfig limit
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
@@ -60,13 +111,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
     p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
+    _pin_arg(p)
     p.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for the service (--url)"
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="seconds the whole call to the service may take (--url)",
     )
+    _limit_args(p)
     p.set_defaults(func=_hook)
 
     p = sub.add_parser(
-        "watch", help="follow a growing transcript; a Decision per step; exit 1 on stop"
+        "watch",
+        help="follow a growing transcript; a Decision per step; exit 1 on stop, 2 on a problem",
     )
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file being written")
@@ -77,27 +134,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
     )
     p.add_argument("--once", action="store_true", help="process what is there now and exit")
+    _limit_args(p)
     p.set_defaults(func=_watch)
+
+
+def _problem(e: BaseException) -> int:
+    """Exit code 2 (a monitor problem, never 1: 1 means "stop the run"), with the reason."""
+    print(f"error: {e}", file=sys.stderr)
+    return 2
 
 
 def _score(args: argparse.Namespace) -> int:
     from monitor.errors import TranscriptError
     from serving.runs import score_transcript
-    from serving.transcripts import read_transcript
 
     try:
-        traj = read_transcript(args.transcript, args.format)
-    except TranscriptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.agent:
-        traj.agent = args.agent
-    try:
+        traj = _read_limited(args)
+        if args.agent:
+            traj.agent = args.agent
         scorer = _load_scorer(args)
-    except BundleError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    result = score_transcript(scorer, traj)
+        result = score_transcript(scorer, traj)
+    except (TranscriptError, BundleError) as e:
+        return _problem(e)
+    except Exception as e:  # noqa: BLE001 - whatever it is, it must not read as a stop
+        logging.getLogger("failfast.score").exception("failfast score failed")
+        return _problem(e)
     if args.json:
         print(json.dumps(result.to_dict(all_decisions=True), default=str))
     else:
@@ -118,66 +179,95 @@ def _score(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from serving.app import ServiceConfig, create_app
+    from serving.app import create_app
+    from serving.guard import header_timeout_protocol
+    from serving.limits import from_flags
 
-    limits = {
-        "max_body_bytes": args.max_body_bytes,
-        "max_steps": args.max_steps,
-        "max_sessions": args.max_sessions,
-        "session_idle_seconds": args.idle_seconds,
-        "max_concurrent": args.max_concurrent,
-    }
-    cfg = ServiceConfig(**{k: v for k, v in limits.items() if v is not None})
     try:
+        cfg = from_flags(args)
         scorer = _load_scorer(args)
-    except BundleError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (BundleError, ValueError) as e:
+        return _problem(e)
     app = create_app(scorer, cfg)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        http=header_timeout_protocol(cfg.header_timeout_seconds),
+        limit_concurrency=cfg.max_connections,
+    )
     return 0
 
 
 def _hook(args: argparse.Namespace) -> int:
-    import logging
-
+    """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout."""
+    from monitor.policy import PolicyConfig
+    from serving.bundle import read_policy
     from serving.hooks.claude_code import read_event, run_hook
 
+    log = logging.getLogger("failfast.hook")
     try:
         event = read_event(sys.stdin.read())
-        scorer = None if args.url else _load_scorer(args)
     except Exception as e:  # a broken monitor never blocks the session: exit 0, say why
-        logging.getLogger("failfast.hook").error("failfast hook: monitor_error: %s", e)
+        log.error("failfast hook: monitor_error: %s", e)
         return 0
-    out = run_hook(event, scorer, url=args.url, timeout=args.timeout)
+    scorer, policy = None, None
+    if not args.url:
+        try:
+            scorer = _load_scorer(args)
+        except Exception as e:  # noqa: BLE001 - the model-free halts still run
+            log.error("failfast hook: monitor_error: %s; model-free halts only", e)
+            policy = PolicyConfig.model_validate(read_policy(args.bundle))
+    out = run_hook(
+        event,
+        scorer,
+        url=args.url,
+        timeout=args.timeout,
+        policy=policy,
+        max_bytes=args.max_bytes,
+        max_steps=args.max_steps,
+    )
     if out:
         print(json.dumps(out))
     return 0
 
 
 def _watch(args: argparse.Namespace) -> int:
+    """Exit 1 only on a stop decision; every problem of the monitor itself exits 2."""
+    try:
+        return _follow(args)
+    except Exception as e:  # noqa: BLE001 - a broken monitor must not read as a stop
+        logging.getLogger("failfast.watch").exception("failfast watch failed")
+        return _problem(e)
+
+
+def _follow(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
-    from monitor.errors import TranscriptError
+    from monitor.errors import TranscriptError, TranscriptTooLarge
     from monitor.textio import json_safe
-    from serving.transcripts import read_transcript
+    from serving.transcripts import check_readable
 
-    try:  # exit 2, never 1: a broken monitor must not read as a predicted failure
+    try:
         scorer = _load_scorer(args)
-    except BundleError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        if Path(args.transcript).exists():  # a FIFO or a device will not turn into a transcript
+            check_readable(Path(args.transcript))
+    except (BundleError, TranscriptError) as e:
+        return _problem(e)
     session = None
     seen = 0
     last_growth = time.monotonic()
     while True:
         try:
-            traj = read_transcript(args.transcript, args.format)
+            traj = _read_limited(args)
+        except TranscriptTooLarge as e:
+            return _problem(e)
         except TranscriptError as e:
             traj = None
             if args.once:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
+                return _problem(e)
         if traj is not None:
             if session is None:
                 session = scorer.session(traj.task, args.agent or traj.agent or None, run=traj.id)

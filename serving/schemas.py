@@ -1,0 +1,76 @@
+"""Request bodies of the HTTP service (pydantic models; their constraints answer 422)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from monitor.types import Step
+from serving.transcripts import safe_filename
+
+
+class StepIn(BaseModel):
+    """One normalised step (monitor.types.Step fields; all but `index` optional). Numbers must be
+    finite, token counts and cost not negative (422): a NaN cost turned every later score into
+    null."""
+
+    index: int | None = Field(None, ge=0)
+    kind: str = "action"
+    thought: str = ""
+    tool: str = ""
+    action: str = ""
+    args: dict[str, Any] | None = None
+    observation: str = ""
+    is_error: bool = False
+    tokens_in: int = Field(0, ge=0)
+    tokens_out: int = Field(0, ge=0)
+    tokens_estimated: bool = True
+    cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
+    timestamp: float | None = Field(None, allow_inf_nan=False)
+    role: str = ""
+
+    def to_step(self, index: int) -> Step:
+        d = self.model_dump()
+        d["index"] = index if self.index is None else self.index
+        return Step.from_dict(d)
+
+
+class ScoreRequest(BaseModel):
+    """A whole run: `transcript` (native format) or `steps` (normalised)."""
+
+    transcript: str | None = Field(None, description="Transcript content (text, or base64).")
+    encoding: Literal["text", "base64"] = "text"
+    format: str | None = Field(None, description="Reader name; sniffed when absent.")
+    filename: str = Field("transcript.json", description="Name hint for readers (a file name).")
+    steps: list[StepIn] | None = None
+    task: str = ""
+    agent: str | None = Field(None, description="Agent family (overrides the transcript's).")
+    submission: str = Field(
+        "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
+    )
+    all_decisions: bool = Field(False, description="Return the Decision after every step.")
+
+    @field_validator("filename")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        return safe_filename(v)
+
+
+class SessionRequest(BaseModel):
+    task: str = ""
+    agent: str | None = None
+    run: str = ""
+
+
+def steps_over(errors: Sequence[Any]) -> int | None:
+    """The number of steps sent, when the validation failed on the step limit."""
+    for e in errors:
+        if e.get("type") == "too_long" and tuple(e.get("loc", ()))[-1:] == ("steps",):
+            return len(e.get("input") or ())
+    return None
+
+
+NUMBERS = ("tokens_in", "tokens_out", "cost_usd", "timestamp")
+"""Step fields that are numbers: a transcript's steps are checked against StepIn's rules too."""
