@@ -205,6 +205,16 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
     return bundle
 
 
+def _check_thresholds(bundle: Bundle) -> None:
+    """Look every calibrated group up at every target (a malformed table raises here)."""
+    table = bundle.thresholds
+    agents = [None, *(table.per_agent if table else {})]
+    targets = [bundle.target, *(table.targets if table else [])]
+    for agent in agents:
+        for target in targets:
+            bundle.thresholds_for(agent, float(target))
+
+
 def check_manifest(bundle: Bundle, mpath: Path) -> None:
     """Every field the scorer will read, read once now: a wrong type is a BundleError naming the
     field at load time, not an exception in the middle of a run (where `failfast watch` would
@@ -215,11 +225,7 @@ def check_manifest(bundle: Bundle, mpath: Path) -> None:
 
     m = bundle.manifest
     checks: dict[str, Any] = {  # in dependency order: policy reads the thresholds' schedule
-        "thresholds": lambda: [
-            bundle.thresholds_for(agent, float(target))
-            for agent in [None, *(table.per_agent if (table := bundle.thresholds) else {})]
-            for target in [bundle.target, *(table.targets if table else [])]
-        ],
+        "thresholds": lambda: _check_thresholds(bundle),
         "featuriser": lambda: FeaturiserConfig.model_validate(bundle.featuriser),
         "policy": lambda: PolicyConfig.model_validate(bundle.policy),
         "target": lambda: 0 < bundle.target < 1 or _bad("a number between 0 and 1"),
