@@ -42,7 +42,7 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
 
 def _load_bench():
     """bench/bench_regex.py as a module: it owns the pattern collection and the attack strings."""
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_regex.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_regex.py"
     spec = importlib.util.spec_from_file_location("bench_regex", path)
     assert spec is not None
     assert spec.loader is not None
