@@ -19,8 +19,10 @@ from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable
 
 MANIFEST = "monitor.json"
-BUNDLE_FORMAT = 1
-"""Version of the bundle layout; a loader refuses other versions."""
+BUNDLE_FORMAT = 2
+"""Version of the bundle layout; a loader refuses other versions. 2: model_kv.onnx takes several
+sessions as rows (left-padded past, right-padded new tokens, per-row positions and last token);
+format 1 graphs assumed one unpadded row and would score a batched row wrongly."""
 MIN_ONNXRUNTIME = (1, 16)
 """Oldest onnxruntime that runs the exported opsets (17)."""
 REQUIRED = ("model.onnx", "model_kv.onnx", "tokenizer.json")
@@ -169,8 +171,15 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
     versions = manifest.get("versions") or {}
     fmt = versions.get("bundle_format")
     if fmt != BUNDLE_FORMAT:
+        hint = (
+            " (an older export: run `failfast export --train-dir OUT --out NEW` on the training "
+            "output it came from)"
+            if isinstance(fmt, int) and fmt < BUNDLE_FORMAT
+            else ""
+        )
         raise BundleError(
-            f"{mpath}: bundle format {fmt!r}, this failfast-monitor reads format {BUNDLE_FORMAT}"
+            f"{mpath}: bundle format {fmt!r}, this failfast-monitor reads format "
+            f"{BUNDLE_FORMAT}{hint}"
         )
     import onnxruntime
 

@@ -10,7 +10,8 @@ No torch here: onnxruntime, tokenizers and numpy only.
 A live session feeds only the new step's tokens to model_kv.onnx on top of the cached keys and
 values (and, for a bundle with pooling "last+mean", the running sum and count of the window's
 hidden states); when the featuriser re-renders the window (it outgrew `window_tokens`), that
-state is dropped and the whole new window is encoded once.
+state is dropped and the whole new window is encoded once. With `Scorer.enable_batching` the
+calls of concurrent sessions are gathered into batched calls (serving.batching).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from monitor.featurise import Featuriser, FeaturiserConfig
 from monitor.signals import SIGNAL_NAMES, SignalTracker, signal_matrix
 from monitor.thresholds import Thresholds
 from monitor.types import Step, Trajectory
+from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,9 @@ class Scorer:
         self.signal_index = [SIGNAL_NAMES.index(n) for n in bundle.signal_names]
         self.full = _ort_session(bundle.graph("model.onnx", int8=int8), threads)
         self.kv = _ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
+        self.batcher: KVBatcher | None = None
+        self.tokens_encoded = 0  # tokens live sessions had model_kv.onnx encode (all sessions)
+        self._count_lock = threading.Lock()
         self._full_inputs = {i.name for i in self.full.get_inputs()}
         self._kv_inputs = {i.name for i in self.kv.get_inputs()}
         kv = bundle.kv
@@ -149,6 +154,38 @@ class Scorer:
             raise
         except Exception as e:  # onnxruntime / tokenizers refusing a file, a bad field
             raise BundleError(f"{loaded.path}: cannot load the bundle: {e}") from e
+
+    def enable_batching(self, window: float, max_batch: int) -> None:
+        """Gather concurrent sessions' KV-graph calls into batches of up to `max_batch` rows,
+        waiting at most `window` seconds for more after the first (max_batch 1: off)."""
+        self.close()
+        if max_batch > 1:
+            self.batcher = KVBatcher(
+                self._kv_call, self.past_names, window=window, max_batch=max_batch
+            )
+
+    def close(self) -> None:
+        """Stop the batching worker, if any (sessions then call the graph themselves)."""
+        batcher, self.batcher = self.batcher, None
+        if batcher is not None:
+            batcher.close()
+
+    def _kv_call(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.kv.run(None, {k: v for k, v in feed.items() if k in self._kv_inputs}))
+
+    def run_kv(
+        self, ids: list[int], state: list[np.ndarray], signals: np.ndarray
+    ) -> tuple[float, list[np.ndarray]]:
+        """One session's call of model_kv.onnx: (logit, new state), batched when enabled."""
+        request = KVRequest(ids, state, signals)
+        batcher = self.batcher
+        if batcher is not None:
+            out = batcher.submit(request)
+        else:
+            out = unpack(self._kv_call(pack([request], self.past_names)), [request])[0]
+        with self._count_lock:
+            self.tokens_encoded += len(ids)
+        return out
 
     @property
     def policy(self) -> dict[str, Any]:
@@ -284,23 +321,16 @@ class KVScoreSession:
         s = self._scorer
         self._past = None  # until this call succeeds
         step = s.encode_chunk if s.encode_chunk > 0 else max(1, len(new))
-        logits = np.zeros(1, np.float32)
+        logit = 0.0
         # Long inputs (the whole window after a re-render) go through the graph in chunks: one
         # 2,048-token call holds ~0.8 GB of attention activations, so concurrent re-renders under
-        # load set the server's peak memory (see Scorer.encode_chunk).
+        # load set the server's peak memory (see Scorer.encode_chunk); chunks also keep the
+        # padding of a batched call small.
         for start in range(0, max(1, len(new)), step):  # an empty step still gets its call
-            chunk = new[start : start + step]
-            total = past[-1].shape[2] + len(chunk) if past else len(chunk)
-            feed = {
-                "input_ids": np.asarray([chunk], dtype=np.int64),
-                "attention_mask": np.ones((1, total), dtype=np.int64),
-                "signals": sig[None],
-                **dict(zip(s.past_names, past, strict=True)),
-            }
-            logits, *past = s.kv.run(None, {k: v for k, v in feed.items() if k in s._kv_inputs})
+            logit, past = s.run_kv(new[start : start + step], past, sig)
         self._past = past
         self.tokens_encoded += len(new)
-        score = float(sigmoid(logits)[0])
+        score = float(sigmoid(np.asarray([logit]))[0])
         if not math.isfinite(score):
             raise FloatingPointError(f"non-finite score at step {self.k}")
         return score

@@ -236,7 +236,11 @@ def test_bundle_errors(bundle, tmp_path):
     (bad / "monitor.json").write_text(json.dumps(m))
     with pytest.raises(BundleError, match="bundle format 99"):
         load_bundle(bad)
-    m["versions"]["bundle_format"] = 1
+    m["versions"]["bundle_format"] = 1  # before batched KV graphs: re-export, says the error
+    (bad / "monitor.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="bundle format 1, .* reads format 2 .*failfast export"):
+        load_bundle(bad)
+    m["versions"]["bundle_format"] = 2
     m["signal_names"] = ["steps", "telepathy"]
     (bad / "monitor.json").write_text(json.dumps(m))
     with pytest.raises(BundleError, match="telepathy"):

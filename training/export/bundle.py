@@ -122,6 +122,7 @@ def _manifest(
         "data_summary": found["data_summary"],
         "export": {
             "config": cfg.model_dump(),
+            "graph": report.graph,
             "full_max_abs_diff": report.full_max_abs_diff,
             "kv_max_abs_diff": report.kv_max_abs_diff,
             "int8_max_abs_diff": report.int8_max_abs_diff,

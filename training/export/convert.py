@@ -2,7 +2,9 @@
 torch, and quantise them to int8.
 
 After export both graphs are compared with torch on a batch size and length other than the
-export's, and the largest absolute logit difference is logged (it must be <= `atol`).
+export's, and the largest absolute logit difference is logged (it must be <= `atol`); the KV
+graph also once with three sessions of different past lengths in one batched call
+(serving.batching), which must give each session's own logits.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from training.export.graphs import (
     KVGraph,
     empty_past,
     example_inputs,
+    graph_kind,
     kv_names,
 )
 from training.model.classifier import PrefixClassifier
@@ -40,7 +43,9 @@ class ExportReport:
 
     Attributes:
         full_max_abs_diff: largest |ORT - torch| logit of model.onnx on the check inputs.
-        kv_max_abs_diff: same for model_kv.onnx fed in two chunks (past + new tokens).
+        kv_max_abs_diff: same for model_kv.onnx fed in two chunks (past + new tokens), one
+            session at a time and three sessions batched in one call (the larger of the two).
+        graph: "fused" (training.export.fused) or "transformers" (the transformers trace).
         int8_max_abs_diff: largest |int8 - fp32| logit (None without --int8).
         files: graph files written (relative to the bundle).
         notes: lines for the user (e.g. the int8 AUROC change).
@@ -49,6 +54,7 @@ class ExportReport:
     full_max_abs_diff: float = 0.0
     kv_max_abs_diff: float = 0.0
     int8_max_abs_diff: float | None = None
+    graph: str = "transformers"
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -101,7 +107,10 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
         new, past_len = 5, 7
         kv_ids = ids[:, :new]
         kv_mask = torch.ones(2, past_len + new, dtype=torch.long)
-        kv_mask[-1, 0] = 0  # a masked past slot keeps the mask path in the traced graph
+        # a batch as serving.batching packs it: the second row's past left-padded by one slot and
+        # its new tokens right-padded by one, so the traced graph keeps the mask paths
+        kv_mask[-1, 0] = 0
+        kv_mask[-1, -1] = 0
         past = empty_past(model, 2, past_len, random=True)
         dyn: dict[str, dict[int, str]] = {
             "input_ids": {0: "batch", 1: "new_tokens"},
@@ -123,7 +132,7 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
             opset_version=cfg.opset,
             dynamo=False,
         )
-    report = ExportReport(files=[FULL_GRAPH, KV_GRAPH])
+    report = ExportReport(files=[FULL_GRAPH, KV_GRAPH], graph=graph_kind(model))
     report.full_max_abs_diff = check_full(model, out / FULL_GRAPH, cfg)
     report.kv_max_abs_diff = check_kv(model, out / KV_GRAPH, cfg)
     for name, diff in (
@@ -159,34 +168,42 @@ def check_full(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
 
 
 def check_kv(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
-    """Max |ORT - torch| of the KV graph: a run fed in two chunks vs one full forward.
+    """Max |ORT - torch| of the KV graph: three runs of different lengths, each fed in two chunks,
+    vs one full forward per run.
 
-    The first chunk starts from an empty cache (as a session's first step or a re-render does);
-    the second continues from the present KV (and running hidden sum/count) the graph returned.
+    Each run's first chunk starts from an empty cache (as a session's first step or a re-render
+    does) and its second continues from the present KV (and running hidden sum/count) the graph
+    returned: once one session at a time, then the three second chunks in one batched call
+    (serving.batching: different past lengths and new-token counts, padded).
     """
-    length = cfg.check_length
-    first = length // 2 + 3
-    ids, _, _, _ = example_inputs(model, 1, length, 1, seed=2)
-    g = torch.Generator().manual_seed(3)
-    signals = torch.rand(1, 2, len(model.signal_names), generator=g) * 5
-    positions = torch.tensor([[first - 1, length - 1]])
-    with torch.no_grad():
-        ref = model(ids, torch.ones_like(ids), positions, signals).numpy()[0]
+    from serving.batching import KVRequest, pack, unpack
+
     sess = _ort_session(path)
-    n_layers = int(model.backbone.config.num_hidden_layers)
-    past_names, _ = kv_names(n_layers, model.uses_mean)
-    past = [t.numpy() for t in empty_past(model, 1, 0, random=False)]
-    got = []
-    for j, (a, b) in enumerate(((0, first), (first, length))):
-        feed = {
-            "input_ids": ids[:, a:b].numpy(),
-            "attention_mask": np.ones((1, b), np.int64),
-            "signals": signals[:, j].numpy().astype(np.float32),
-            **dict(zip(past_names, past, strict=True)),
-        }
-        logits, *past = _run(sess, None, feed)
-        got.append(float(logits[0]))
-    return float(np.abs(np.array(got) - ref).max())
+    past_names, _ = kv_names(int(model.backbone.config.num_hidden_layers), model.uses_mean)
+
+    def call(reqs: list[KVRequest]) -> list[tuple[float, list[np.ndarray]]]:
+        return unpack(_run(sess, None, pack(reqs, past_names)), reqs)
+
+    start = [t.numpy() for t in empty_past(model, 1, 0, random=False)]
+    g = torch.Generator().manual_seed(3)
+    n = cfg.check_length
+    diffs: list[float] = []
+    pending: list[tuple[KVRequest, float]] = []
+    for j, (length, cut) in enumerate(((n, n // 2 + 3), (n - 9, 5), (n // 2, n // 2 - 1))):
+        ids = example_inputs(model, 1, length, 1, seed=2 + j)[0]
+        sig = torch.rand(1, 2, len(model.signal_names), generator=g) * 5
+        with torch.no_grad():
+            pos = torch.tensor([[cut - 1, length - 1]])
+            ref = model(ids, torch.ones_like(ids), pos, sig).numpy()[0]
+        first = KVRequest(ids[0, :cut].tolist(), start, sig[0, 0].numpy())
+        logit, state = call([first])[0]
+        second = KVRequest(ids[0, cut:].tolist(), state, sig[0, 1].numpy())
+        diffs += [abs(logit - ref[0]), abs(call([second])[0][0] - ref[1])]
+        pending.append((second, float(ref[1])))
+    batch = [r for r, _ in pending]
+    for (_, ref1), (logit, _) in zip(pending, call(batch), strict=True):
+        diffs.append(abs(logit - ref1))
+    return float(max(diffs))
 
 
 def quantize_int8(out: Path) -> list[str]:

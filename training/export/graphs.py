@@ -6,14 +6,18 @@ Two graphs, both with dynamic batch and sequence axes:
   rendering, logits at the given step boundaries (all prefixes of a window in one call).
 - `model_kv.onnx`: (input_ids, attention_mask, signals, [past_hidden_sum, past_count,]
   past_key_i, past_value_i ...) -> (logits (B,), [present_hidden_sum, present_count,]
-  present_key_i, present_value_i ...): the new tokens of a live session on top of the cached
-  keys/values; the logit is the one at the LAST new token (the step boundary).
-  attention_mask covers past + new tokens; positions continue from the past length, so the
-  graph expects no left padding (a session is one run, batch 1). With pooling "last+mean" the
+  present_key_i, present_value_i ...): the new tokens of live sessions on top of their cached
+  keys/values; the logit is the one at each row's LAST real new token (the step boundary).
+  attention_mask covers past + new tokens. Several sessions share a call as rows: each row's
+  past is LEFT-padded to the longest past and its new tokens RIGHT-padded to the most new
+  tokens, the mask marking the real ones; a new token's position is the count of real tokens
+  before it in its row (serving.batching builds such batches). With pooling "last+mean" the
   running sum (B, H) and count (B, 1) of the window's hidden states travel with the KV cache
   (zeros and 0 when the cache starts empty), so the mean continues across calls.
 
-The export itself and its checks against torch are training.export.convert.
+A Llama-family backbone is written out by training.export.fused (packed projections, fused
+attention and norms); any other is traced through its transformers forward. The export itself
+and its checks against torch are training.export.convert.
 """
 
 from __future__ import annotations
@@ -22,19 +26,26 @@ from typing import Any
 
 import torch
 
-from training.model.classifier import PrefixClassifier
+from training.export.fused import FusedDecoder, supports
+from training.model.classifier import PrefixClassifier, causal_mean
 
 FULL_GRAPH = "model.onnx"
 KV_GRAPH = "model_kv.onnx"
 INT8_SUFFIX = ".int8"
 
 
+def graph_kind(model: PrefixClassifier) -> str:
+    """ "fused" when training.export.fused reproduces the backbone, else "transformers"."""
+    return "fused" if supports(model.backbone) else "transformers"
+
+
 class FullGraph(torch.nn.Module):
-    """model.onnx: the classifier's own forward, with named inputs."""
+    """model.onnx: the classifier's forward, with named inputs (fused decoder when supported)."""
 
     def __init__(self, model: PrefixClassifier) -> None:
         super().__init__()
         self.model = model
+        self.fused = FusedDecoder(model.backbone) if supports(model.backbone) else None
 
     def forward(
         self,
@@ -43,7 +54,13 @@ class FullGraph(torch.nn.Module):
         positions: torch.Tensor,
         signals: torch.Tensor,
     ) -> torch.Tensor:
-        return self.model(input_ids, attention_mask, positions, signals)  # (B, P)
+        if self.fused is None:
+            return self.model(input_ids, attention_mask, positions, signals)  # (B, P)
+        h = self.fused.full(input_ids, attention_mask)  # (B, T, H)
+        if self.model.uses_mean:
+            h = torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
+        idx = positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])  # (B, P, F)
+        return self.model.head_logits(torch.gather(h, 1, idx), signals)
 
 
 class KVGraph(torch.nn.Module):
@@ -53,22 +70,45 @@ class KVGraph(torch.nn.Module):
         super().__init__()
         self.model = model
         self.n_layers = int(model.backbone.config.num_hidden_layers)
+        self.fused = FusedDecoder(model.backbone) if supports(model.backbone) else None
 
     def forward(
         self,
-        input_ids: torch.Tensor,  # (B, N) new tokens
-        attention_mask: torch.Tensor,  # (B, T) past + new
+        input_ids: torch.Tensor,  # (B, N) new tokens, right-padded
+        attention_mask: torch.Tensor,  # (B, T) past (left-padded) + new (right-padded)
         signals: torch.Tensor,  # (B, S) raw signals after the new step
         *past: torch.Tensor,  # [sum (B, H), count (B, 1),] 2 * n_layers (B, kv_heads, T - N, hd)
     ) -> tuple[torch.Tensor, ...]:
-        from transformers import DynamicCache
-
         pooled: tuple[torch.Tensor, ...] = ()
         if self.model.uses_mean:
             past_sum, past_count, past = past[0], past[1], past[2:]
+        new = input_ids.shape[1]
+        if self.fused is not None:
+            states, present = self.fused.step(input_ids, attention_mask, list(past))
+        else:
+            states, present = self._transformers_step(input_ids, attention_mask, list(past))
+        m = attention_mask[:, -new:]  # (B, N) real new tokens
+        last = (m.sum(dim=1) - 1).clamp_min(0)  # (B,) index of each row's last real token
+        idx = last.view(-1, 1, 1).expand(-1, 1, states.shape[-1])
+        hidden = torch.gather(states, 1, idx)  # (B, 1, H)
+        if self.model.uses_mean:
+            w = m.to(states.dtype).unsqueeze(-1)  # (B, N, 1)
+            total = past_sum + (states * w).sum(dim=1)  # (B, H)
+            count = past_count + w.sum(dim=1)  # (B, 1)
+            mean = total / count.clamp_min(1.0)
+            hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
+            pooled = (total, count)
+        logits = self.model.head_logits(hidden, signals.unsqueeze(1)).squeeze(1)  # (B,)
+        return (logits, *pooled, *present)
+
+    def _transformers_step(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        from transformers import DynamicCache
+
         cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.n_layers)])
-        total, new = attention_mask.shape[1], input_ids.shape[1]
-        position_ids = torch.arange(total - new, total, dtype=torch.long).unsqueeze(0)
+        new = input_ids.shape[1]
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp_min(0)[:, -new:]
         out = self.model.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -76,19 +116,10 @@ class KVGraph(torch.nn.Module):
             cache=cache,
             use_cache=True,
         )
-        hidden = out.last_hidden_state[:, -1:]  # (B, 1, H)
-        if self.model.uses_mean:
-            m = attention_mask[:, -new:].to(hidden.dtype).unsqueeze(-1)  # (B, N, 1)
-            total = past_sum + (out.last_hidden_state * m).sum(dim=1)  # (B, H)
-            count = past_count + m.sum(dim=1)  # (B, 1)
-            mean = total / count.clamp_min(1.0)
-            hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
-            pooled = (total, count)
-        logits = self.model.head_logits(hidden, signals.unsqueeze(1)).squeeze(1)  # (B,)
         present: list[torch.Tensor] = []
         for layer in out.cache.layers[: self.n_layers]:
             present += [layer.keys, layer.values]
-        return (logits, *pooled, *present)
+        return out.last_hidden_state, present
 
 
 POOL_NAMES = ("past_hidden_sum", "past_count")
