@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -81,12 +82,74 @@ def build(work: Path, layers: int) -> Path:
     return bundle
 
 
+def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Time each engine `repeats` times, round-robin, so that a neighbour's load on the shared
+    CPU hits every engine alike (the ratios are what this benchmark reports)."""
+    for fn in fns.values():
+        fn()  # warm-up
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            out[name].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def whole_prefix(scorers: dict, model, length: int, rng) -> dict:
+    """Engines for one whole-prefix check of `length` tokens (all boundaries in one call)."""
+    ids = rng.integers(1, 40000, (1, length), dtype=np.int64)
+    pos = np.linspace(100, length - 1, max(1, length // 150)).astype(np.int64)[None]
+    sig = rng.random((1, pos.shape[1], len(model.signal_names)), dtype=np.float32)
+    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "positions": pos, "signals": sig}
+    fns = {name: (lambda sc=sc: sc.full.run(["logits"], feed)) for name, sc in scorers.items()}
+    targs = [torch.from_numpy(x) for x in (ids, np.ones_like(ids), pos, sig)]
+
+    def eager():
+        with torch.no_grad():
+            model(*targs)
+
+    fns["torch-eager"] = eager
+    return fns
+
+
+def incremental(scorers: dict, model, past_len: int, new: int, rng) -> dict:
+    """Engines for one incremental step: `new` tokens on a `past_len`-token cache."""
+    from training.export.graphs import KVGraph, empty_past
+
+    ids = rng.integers(1, 40000, (past_len + new,)).tolist()
+    sig = rng.random(len(model.signal_names), dtype=np.float32)
+    fns = {}
+    for name, sc in scorers.items():
+        _, state = sc.run_kv(ids[:past_len], sc._start_state, sig)
+        fns[name] = lambda sc=sc, state=state: sc.run_kv(ids[past_len:], state, sig)
+    kvmod = KVGraph(model).eval()
+    kvmod.fused = None  # the transformers forward, as torch runs it
+    tids = torch.tensor([ids])
+    tsig = torch.from_numpy(sig)[None]
+    with torch.no_grad():
+        _, *tpast = kvmod(
+            tids[:, :past_len],
+            torch.ones(1, past_len, dtype=torch.long),
+            tsig,
+            *empty_past(model, 1, 0, random=False),
+        )
+
+    def eager():
+        with torch.no_grad():
+            kvmod(tids[:, past_len:], torch.ones(1, past_len + new, dtype=torch.long), tsig, *tpast)
+
+    fns["torch-eager"] = eager
+    return fns
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--work", default="/tmp/ff-bench")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--new-tokens", type=int, default=150)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -95,126 +158,46 @@ def main() -> None:
     bundle = build(work, args.layers)
 
     from serving.scorer import Scorer
-    from training.export.graphs import KVGraph
     from training.model.classifier import load_classifier
 
-    fp32 = Scorer.load(bundle, threads=args.threads, verify=False)  # as served (no spinning)
-    int8 = Scorer.load(bundle, threads=args.threads, int8=True, verify=False)
+    manifest = json.loads((bundle / "monitor.json").read_text())
+    scorers = {"ort-fp32": Scorer.load(bundle, threads=args.threads, verify=False)}
+    if (bundle / "model.int8.onnx").is_file():
+        scheme = manifest.get("export", {}).get("config", {}).get("int8_scheme", "dynamic")
+        scorers[f"ort-int8 {scheme}"] = Scorer.load(
+            bundle, threads=args.threads, int8=True, verify=False
+        )
     model = load_classifier(work / "model").eval()
-    kvmod = KVGraph(model).eval()
-    S = len(model.signal_names)
     rng = np.random.default_rng(0)
     rows = []
-
-    def ort_full(sc, ids, pos, sig):
-        feed = {
-            "input_ids": ids,
-            "attention_mask": np.ones_like(ids),
-            "positions": pos,
-            "signals": sig,
-        }
-        return lambda: sc.full.run(["logits"], feed)
-
-    for length in (512, 1024, 2048):
-        ids = rng.integers(1, 40000, (1, length), dtype=np.int64)
-        pos = np.linspace(100, length - 1, max(1, length // 150)).astype(np.int64)[None]
-        sig = rng.random((1, pos.shape[1], S), dtype=np.float32)
-        tids, tpos, tsig = torch.from_numpy(ids), torch.from_numpy(pos), torch.from_numpy(sig)
-        reps = max(3, args.repeats // (length // 512))
-
-        def eager(tids=tids, tpos=tpos, tsig=tsig):
-            with torch.no_grad():
-                model(tids, torch.ones_like(tids), tpos, tsig)
-
-        for name, fn in (
-            ("ort-fp32", ort_full(fp32, ids, pos, sig)),
-            ("ort-int8", ort_full(int8, ids, pos, sig)),
-            ("torch-eager", eager),
-        ):
-            t = timed(fn, reps)
+    checks = [(f"whole prefix {n} tok", whole_prefix(scorers, model, n, rng)) for n in args.lengths]
+    step = f"incremental step {args.new_tokens} tok on 1024"
+    checks.append((step, incremental(scorers, model, 1024, args.new_tokens, rng)))
+    load = [os.getloadavg()[0]]
+    for check, fns in checks:
+        reps = args.repeats if "2048" not in check else max(3, args.repeats // 2)
+        for engine, t in interleaved(fns, reps).items():
             rows.append(
                 {
-                    "check": f"whole prefix {length} tok",
-                    "engine": name,
+                    "check": check,
+                    "engine": engine,
                     "p50_ms": statistics.median(t),
                     "p95_ms": pct(t, 0.95),
-                    "n": reps,
+                    "n": len(t),
                 }
             )
-            print(rows[-1], flush=True)
+        load.append(os.getloadavg()[0])
 
-    # incremental: ~150 new tokens on a 1024-token cache
-    past_len, new = 1024, args.new_tokens
-    ids = rng.integers(1, 40000, (1, past_len + new), dtype=np.int64)
-    sig = rng.random((1, S), dtype=np.float32)
-    for name, sc in (("ort-fp32", fp32), ("ort-int8", int8)):
-        empty = [sc._empty_past] * len(sc.past_names)
-        feed0 = {
-            "input_ids": ids[:, :past_len],
-            "attention_mask": np.ones((1, past_len), np.int64),
-            "signals": sig,
-            **dict(zip(sc.past_names, empty, strict=True)),
-        }
-        _, *past = sc.kv.run(None, feed0)
-        feed = {
-            "input_ids": ids[:, past_len:],
-            "attention_mask": np.ones((1, past_len + new), np.int64),
-            "signals": sig,
-            **dict(zip(sc.past_names, past, strict=True)),
-        }
-        t = timed(lambda sc=sc, feed=feed: sc.kv.run(None, feed), args.repeats * 2)
-        rows.append(
-            {
-                "check": f"incremental step {new} tok on {past_len}",
-                "engine": name,
-                "p50_ms": statistics.median(t),
-                "p95_ms": pct(t, 0.95),
-                "n": len(t),
-            }
-        )
-        print(rows[-1], flush=True)
-    tids = torch.from_numpy(ids)
-    with torch.no_grad():
-        n_layers = kvmod.n_layers
-        heads, dim = fp32.bundle.kv["kv_heads"], fp32.bundle.kv["head_dim"]
-        empty_t = [torch.zeros(1, heads, 0, dim) for _ in range(2 * n_layers)]
-        _, *tpast = kvmod(
-            tids[:, :past_len],
-            torch.ones(1, past_len, dtype=torch.long),
-            torch.from_numpy(sig),
-            *empty_t,
-        )
-
-    def eager_step():
-        with torch.no_grad():
-            kvmod(
-                tids[:, past_len:],
-                torch.ones(1, past_len + new, dtype=torch.long),
-                torch.from_numpy(sig),
-                *tpast,
-            )
-
-    t = timed(eager_step, args.repeats * 2)
-    rows.append(
-        {
-            "check": f"incremental step {new} tok on {past_len}",
-            "engine": "torch-eager",
-            "p50_ms": statistics.median(t),
-            "p95_ms": pct(t, 0.95),
-            "n": len(t),
-        }
-    )
-    print(rows[-1], flush=True)
-
-    print(f"\nSmolLM2-135M, {args.layers} layers, {args.threads} threads")
-    print(f"{'check':38s} {'engine':12s} {'p50 ms':>9s} {'p95 ms':>9s}")
-    for r in rows:
-        print(f"{r['check']:38s} {r['engine']:12s} {r['p50_ms']:9.1f} {r['p95_ms']:9.1f}")
+    graph = manifest.get("export", {}).get("graph", "?")
+    print(f"\nSmolLM2-135M, {args.layers} layers, {args.threads} threads, graph {graph}")
+    print(f"load average (1 min) during the run: {' '.join(f'{x:.2f}' for x in load)}")
+    print(f"{'check':38s} {'engine':14s} {'p50 ms':>9s} {'p95 ms':>9s} {'torch/ORT':>9s}")
     p50 = {(r["check"], r["engine"]): r["p50_ms"] for r in rows}
-    k = "whole prefix 1024 tok"
-    print(
-        f"ORT fp32 vs torch eager at 1024 tokens: {p50[(k, 'torch-eager')] / p50[(k, 'ort-fp32')]:.2f}x; int8: {p50[(k, 'torch-eager')] / p50[(k, 'ort-int8')]:.2f}x"
-    )
+    for r in rows:
+        ratio = p50[(r["check"], "torch-eager")] / r["p50_ms"]
+        print(
+            f"{r['check']:38s} {r['engine']:14s} {r['p50_ms']:9.1f} {r['p95_ms']:9.1f} {ratio:8.2f}x"
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps({"layers": args.layers, "threads": args.threads, "rows": rows}, indent=1)

@@ -76,6 +76,8 @@ def create_app(
         idle_seconds=cfg.session_idle_seconds,
         evict_idle_seconds=cfg.evict_idle_seconds,
     )
+    if hasattr(scorer, "enable_batching"):  # concurrent sessions' steps share graph calls
+        scorer.enable_batching(cfg.batch_window_ms / 1000, cfg.max_batch)
     # Requests beyond `max_concurrent` queue here instead of oversubscribing the cores.
     slots = threading.BoundedSemaphore(cfg.max_concurrent)
     latency = Histogram("failfast_request_seconds", "Request latency by endpoint.")
@@ -314,6 +316,11 @@ def create_app(
                 "failfast_sessions_evicted",
                 "Sessions closed to make room for new ones since start.",
                 table.evicted,
+            )
+            + gauge(
+                "failfast_session_tokens_encoded",
+                "Tokens the model encoded for live sessions since start.",
+                getattr(scorer, "tokens_encoded", 0),
             )
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

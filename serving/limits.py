@@ -61,6 +61,19 @@ class ServiceConfig(StrictModel):
         description="Model calls run at once (more wait). 32 on 2 cores gave 2x the throughput of 2 "
         "(bench/bench_load.py), lower it to bound memory.",
     )
+    max_batch: int = Field(
+        default=16,
+        ge=1,
+        description="Most sessions' pending steps run as one batched model call (serving/"
+        "batching.py); 1: every step runs alone.",
+    )
+    batch_window_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="How long a pending step waits for other sessions' steps to join its batch "
+        "(milliseconds; a batch also starts as soon as max_batch steps wait).",
+    )
     session_idle_seconds: float = Field(
         default=1800.0, gt=0, description="Idle sessions expire after this (then 404)."
     )

@@ -181,12 +181,16 @@ class FusedDecoder(torch.nn.Module):
         q_w = self.heads * self.head_dim
         kv_w = self.kv_heads * self.head_dim
         self.qkv_split = [q_w, kv_w, kv_w]
+        # Parameters, not buffers: the exporter writes them as initializers, which the
+        # quantisers recognise as weights (a traced buffer becomes a Constant node).
         for i, layer in enumerate(self.layers):
             a, m = layer.self_attn, layer.mlp
-            self.register_buffer(f"qkv_{i}", _cat([a.q_proj, a.k_proj, a.v_proj]), False)
-            self.register_buffer(f"qkv_bias_{i}", _cat_bias([a.q_proj, a.k_proj, a.v_proj]), False)
-            self.register_buffer(f"gate_up_{i}", _cat([m.gate_proj, m.up_proj]), False)
-            self.register_buffer(f"gate_up_bias_{i}", _cat_bias([m.gate_proj, m.up_proj]), False)
+            for name, parts in (
+                ("qkv", [a.q_proj, a.k_proj, a.v_proj]),
+                ("gate_up", [m.gate_proj, m.up_proj]),
+            ):
+                self.register_parameter(f"{name}_{i}", _packed(parts, "weight"))
+                self.register_parameter(f"{name}_bias_{i}", _packed(parts, "bias"))
         rotary = backbone.rotary_emb
         n = int(cfg.max_position_embeddings)
         freqs = torch.outer(torch.arange(n, dtype=torch.float32), rotary.inv_freq.float())
@@ -265,16 +269,14 @@ class FusedDecoder(torch.nn.Module):
         return self._decoder(self.embed(ids), attention), present
 
 
-def _cat(linears: list[Any]) -> torch.Tensor:
-    return torch.cat([m.weight.detach() for m in linears], dim=0).contiguous()
-
-
-def _cat_bias(linears: list[Any]) -> torch.Tensor | None:
-    if all(m.bias is None for m in linears):
+def _packed(linears: list[Any], kind: str) -> torch.nn.Parameter | None:
+    """The weights (or biases) of `linears` stacked on the output axis; None without biases."""
+    if kind == "bias" and all(m.bias is None for m in linears):
         return None
-    return torch.cat(
-        [
-            m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features)
-            for m in linears
-        ]
-    )
+    parts = [
+        getattr(m, kind).detach()
+        if getattr(m, kind) is not None
+        else m.weight.new_zeros(m.out_features)
+        for m in linears
+    ]
+    return torch.nn.Parameter(torch.cat(parts, dim=0).contiguous(), requires_grad=False)
