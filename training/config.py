@@ -187,7 +187,13 @@ class ExportConfig(StrictModel):
     """Options of `failfast export`."""
 
     opset: int = Field(default=17, ge=14, description="ONNX opset of the exported graphs.")
-    int8: bool = Field(default=False, description="Also write int8 dynamically quantised graphs.")
+    int8: bool = Field(default=False, description="Also write int8 graphs (model.int8.onnx ...).")
+    int8_scheme: Literal["blockwise", "dynamic", "per-channel"] = Field(
+        default="blockwise",
+        description="How the int8 graphs are quantised (training.export.quant): blockwise "
+        "8-bit weights and per-row activation blocks (MatMulNBits), or dynamic int8 with one "
+        "weight scale per tensor / per output channel.",
+    )
     atol: float = Field(
         default=1e-4, gt=0, description="Largest allowed |onnxruntime - torch| logit."
     )

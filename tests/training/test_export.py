@@ -175,17 +175,18 @@ def test_export_cli(bundle, tmp_path, capsys):
     assert (tmp_path / "cli" / "monitor.json").is_file()
 
 
-def test_int8_auroc_change(bundle):
+def test_quant_auroc_change(bundle):
     from tests.bundle_helpers import make_run
-    from training.export.bundle import int8_auroc_change
+    from training.export.quant import quant_auroc_change
 
     runs = [make_run(4 + i % 5, seed=i) for i in range(8)]
     for i, r in enumerate(runs):
         r.resolved = i % 2 == 0
-    out = int8_auroc_change(bundle, runs)
-    assert set(out) == {"mini-swe-agent", "pooled"}
-    row = out["pooled"]
-    assert 0 <= row["fp32"] <= 1
-    assert 0 <= row["int8"] <= 1
-    assert row["delta"] == pytest.approx(row["int8"] - row["fp32"])
+    out = quant_auroc_change(bundle, runs)
+    row = out["per_agent"]["mini-swe-agent"]
     assert row["runs"] == 8
+    for k in ("0.25", "0.5", "0.75", "overall"):
+        assert 0 <= row["fp32"][k] <= 1
+        assert 0 <= row["int8"][k] <= 1
+        assert out["delta"]["mini-swe-agent"][k] == pytest.approx(row["int8"][k] - row["fp32"][k])
+    assert set(out["delta"]) == {"mini-swe-agent", "mean_per_agent"}

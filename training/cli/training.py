@@ -40,8 +40,12 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         "--train-dir", help="training output folder (uses OUT/model and its thresholds)"
     )
     p.add_argument("--out", required=True, help="bundle folder to write")
+    p.add_argument("--int8", action="store_true", help="also write int8 graphs")
     p.add_argument(
-        "--int8", action="store_true", help="also write int8 dynamically quantised graphs"
+        "--int8-scheme",
+        choices=["blockwise", "dynamic", "per-channel"],
+        default="blockwise",
+        help="how to quantise (training/export/quant.py); default blockwise",
     )
     p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target served")
     p.add_argument(
@@ -56,11 +60,12 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         from pathlib import Path
 
         from training.config import ExportConfig
-        from training.export.bundle import int8_auroc_change, write_bundle
+        from training.export.bundle import write_bundle
+        from training.export.quant import quant_auroc_change
 
         train_dir = Path(args.train_dir) if args.train_dir else None
         model = Path(args.model) if args.model else Path(args.train_dir) / "model"
-        cfg = ExportConfig(int8=args.int8, target=args.target_fpr)
+        cfg = ExportConfig(int8=args.int8, int8_scheme=args.int8_scheme, target=args.target_fpr)
         report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
         print(f"model.onnx: max |onnxruntime - torch| = {report.full_max_abs_diff:.3g} (fp32)")
         print(f"model_kv.onnx: max |onnxruntime - torch| = {report.kv_max_abs_diff:.3g} (fp32)")
@@ -71,11 +76,12 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
             from training.data.splits import load_splits
 
             val = load_splits(train_dir / "splits.json").select(load_runs(args.val_data), "val")
-            for group, row in int8_auroc_change(args.out, val, max_runs=args.val_max_runs).items():
-                print(
-                    f"int8 AUROC change on validation [{group}]: fp32 {row['fp32']:.4f} -> "
-                    f"int8 {row['int8']:.4f} ({row['delta']:+.4f}, {row['runs']} runs)"
+            report = quant_auroc_change(args.out, val, max_runs=args.val_max_runs)
+            for group, delta in report["delta"].items():
+                cells = " ".join(
+                    f"{k} {v:+.4f}" if v is not None else f"{k} n/a" for k, v in delta.items()
                 )
+                print(f"int8 - fp32 validation AUROC [{group}]: {cells}")
         print(f"bundle: {args.out}")
         return 0
 

@@ -1,8 +1,9 @@
 """The serving bundle of a trained classifier (docs/BUNDLE.md): graphs, tokenizer, training
-outputs, monitor.json with every file's sha256, model card; and the int8 AUROC check.
+outputs, monitor.json with every file's sha256, model card.
 
-The graphs themselves (wrappers, export, checks, int8 quantisation) are training.export.graphs;
-the README text is training.export.card.
+The graphs themselves are training.export.graphs (wrappers), .fused (the fused decoder),
+.convert (export and checks) and .quant (int8 twins and their AUROC check); the README text is
+training.export.card.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from monitor.errors import BundleError
 from training.config import ExportConfig
 from training.export.card import model_card
-from training.export.convert import ExportReport, export_graphs, int8_diff, quantize_int8
+from training.export.convert import ExportReport, export_graphs
 from training.export.graphs import kv_shape
+from training.export.quant import int8_diff, quantize_graphs
 from training.model.classifier import PrefixClassifier
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,13 @@ def write_bundle(
     model = load_classifier(model_dir)
     report = export_graphs(model, out, cfg)
     if cfg.int8:
-        report.files += quantize_int8(out)
-        report.int8_max_abs_diff = int8_diff(model, out, cfg)
-        log.info("model.int8.onnx: max |int8 - fp32| = %.3g", report.int8_max_abs_diff)
+        report.files += quantize_graphs(out, cfg.int8_scheme)
+        report.int8_max_abs_diff = int8_diff(model, out, cfg.check_batch, cfg.check_length)
+        log.info(
+            "model.int8.onnx (%s): max |int8 - fp32| = %.3g",
+            cfg.int8_scheme,
+            report.int8_max_abs_diff,
+        )
     shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
@@ -179,41 +184,3 @@ def write_bundle(
     write_manifest(out, manifest)
     log.info("bundle written to %s", out)
     return report
-
-
-def int8_auroc_change(
-    bundle: str | Path, runs: list[Any], *, max_runs: int = 80
-) -> dict[str, dict[str, float]]:
-    """Validation AUROC over all prefixes (label = run unresolved), fp32 vs int8 graphs.
-
-    Args:
-        bundle: a bundle exported with int8 graphs.
-        runs: labelled validation runs (never training runs).
-        max_runs: at most this many runs (evenly spaced over `runs`, to bound the time).
-
-    Returns:
-        {group: {"fp32": auroc, "int8": auroc, "delta": int8 - fp32, "runs": n}} per agent and
-        "pooled"; a group with one class only is left out.
-    """
-    from sklearn.metrics import roc_auc_score
-
-    from serving.scorer import Scorer
-
-    runs = [r for r in runs if r.resolved is not None and r.steps]
-    if len(runs) > max_runs:
-        runs = [runs[i] for i in np.linspace(0, len(runs) - 1, max_runs).astype(int)]
-    fp32, int8 = Scorer.load(bundle), Scorer.load(bundle, int8=True, verify=False)
-    rows: dict[str, list[tuple[int, list[float], list[float]]]] = {}
-    for r in runs:
-        item = (int(not r.resolved), fp32.score_run(r), int8.score_run(r))
-        rows.setdefault(r.agent, []).append(item)
-        rows.setdefault("pooled", []).append(item)
-    out: dict[str, dict[str, float]] = {}
-    for group, items in sorted(rows.items()):
-        y = np.concatenate([[lab] * len(a) for lab, a, _ in items])
-        if len(set(y.tolist())) < 2:
-            continue
-        a = roc_auc_score(y, np.concatenate([a for _, a, _ in items]))
-        b = roc_auc_score(y, np.concatenate([b for _, _, b in items]))
-        out[group] = {"fp32": float(a), "int8": float(b), "delta": float(b - a), "runs": len(items)}
-    return out

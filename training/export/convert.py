@@ -1,5 +1,5 @@
-"""Export a PrefixClassifier to its two ONNX graphs (training.export.graphs), check them against
-torch, and quantise them to int8.
+"""Export a PrefixClassifier to its two ONNX graphs (training.export.graphs) and check them against
+torch (the int8 twins: training.export.quant).
 
 After export both graphs are compared with torch on a batch size and length other than the
 export's, and the largest absolute logit difference is logged (it must be <= `atol`); the KV
@@ -22,7 +22,6 @@ from monitor.errors import BundleError
 from training.config import ExportConfig
 from training.export.graphs import (
     FULL_GRAPH,
-    INT8_SUFFIX,
     KV_GRAPH,
     POOL_NAMES,
     FullGraph,
@@ -204,45 +203,3 @@ def check_kv(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
     for (_, ref1), (logit, _) in zip(pending, call(batch), strict=True):
         diffs.append(abs(logit - ref1))
     return float(max(diffs))
-
-
-def quantize_int8(out: Path) -> list[str]:
-    """Write `model.int8.onnx` and `model_kv.int8.onnx` (dynamic int8 weights) beside the fp32 graphs."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    written = []
-    for name in (FULL_GRAPH, KV_GRAPH):
-        src = out / name
-        dst = out / int8_name(name)
-        quantize_dynamic(
-            str(src),
-            str(dst),
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
-            use_external_data_format=(out / f"{name}.data").exists(),
-        )
-        written.append(dst.name)
-        written += [p.name for p in out.glob(f"{dst.name}.data")]
-    return written
-
-
-def int8_name(name: str) -> str:
-    """model.onnx -> model.int8.onnx."""
-    stem = name[: -len(".onnx")]
-    return f"{stem}{INT8_SUFFIX}.onnx"
-
-
-def int8_diff(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> float:
-    """Max |int8 - fp32| logit of the whole-rendering graph on the check inputs."""
-    ids, mask, positions, signals = example_inputs(
-        model, cfg.check_batch, cfg.check_length, 4, seed=1
-    )
-    feed = {
-        "input_ids": ids.numpy(),
-        "attention_mask": mask.numpy(),
-        "positions": positions.numpy(),
-        "signals": signals.numpy().astype(np.float32),
-    }
-    a = _run(_ort_session(out / FULL_GRAPH), ["logits"], feed)[0]
-    b = _run(_ort_session(out / int8_name(FULL_GRAPH)), ["logits"], feed)[0]
-    return float(np.abs(a - b).max())
