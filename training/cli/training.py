@@ -76,8 +76,8 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
             from training.data.splits import load_splits
 
             val = load_splits(train_dir / "splits.json").select(load_runs(args.val_data), "val")
-            report = quant_auroc_change(args.out, val, max_runs=args.val_max_runs)
-            for group, delta in report["delta"].items():
+            change = quant_auroc_change(args.out, val, max_runs=args.val_max_runs)
+            for group, delta in change["delta"].items():
                 cells = " ".join(
                     f"{k} {v:+.4f}" if v is not None else f"{k} n/a" for k, v in delta.items()
                 )

@@ -195,6 +195,8 @@ class FusedDecoder(torch.nn.Module):
         n = int(cfg.max_position_embeddings)
         freqs = torch.outer(torch.arange(n, dtype=torch.float32), rotary.inv_freq.float())
         scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self.cos: torch.Tensor
+        self.sin: torch.Tensor
         self.register_buffer("cos", freqs.cos() * scale, False)  # (max_positions, hd / 2)
         self.register_buffer("sin", freqs.sin() * scale, False)
 

@@ -19,6 +19,7 @@ per-agent AUROC at 25/50/75% of each run (training.evaluate.auroc).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def quant_auroc_change(bundle: str | Path, runs: list[Any], *, max_runs: int = 0
     runs = [r for r in runs if r.resolved is not None and r.steps]
     if max_runs and len(runs) > max_runs:
         runs = [runs[i] for i in np.linspace(0, len(runs) - 1, max_runs).astype(int)]
-    scores: dict[str, list[np.ndarray]] = {}
+    scores: dict[str, Sequence[np.ndarray]] = {}
     for name, int8 in (("fp32", False), ("int8", True)):
         scorer = Scorer.load(bundle, int8=int8, verify=not int8)
         scores[name] = [np.asarray(scorer.score_run(r)) for r in runs]
