@@ -95,6 +95,7 @@ class _GroupQueryAttention(torch.autograd.Function):
             rotary_interleaved_i=0,
             outputs=3,
         )
+        out[0].setType(q.type())
         return out[0]
 
 
@@ -111,6 +112,8 @@ class _SkipRMSNorm(torch.autograd.Function):
         out = g.op(
             "com.microsoft::SkipSimplifiedLayerNormalization", x, skip, w, epsilon_f=eps, outputs=4
         )
+        out[0].setType(x.type())
+        out[3].setType(x.type())
         return out[0], out[3]
 
 
