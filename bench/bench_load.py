@@ -14,11 +14,16 @@ of it.
 
 from __future__ import annotations
 
+import os
+
+# The offline pass runs torch in this process: passive OpenMP waits, as bench_latency.py explains
+# (spinning threads stall on a CPU shared with the server and other jobs).
+os.environ.setdefault("OMP_WAIT_POLICY", os.environ.get("FAILFAST_TORCH_OMP_WAIT", "PASSIVE"))
+
 import argparse
 import concurrent.futures as cf
 import itertools
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -167,6 +172,7 @@ def main() -> None:
             list(pool.map(session, range(args.sessions)))
         wall = time.perf_counter() - t0
         tokens = metric(url, "failfast_session_tokens_encoded") - tokens0
+        rows_per_call = metric(url, "failfast_batched_rows") / metric(url, "failfast_batched_calls")
         lat = sorted(latencies)
         p95 = lat[int(0.95 * (len(lat) - 1))]
         print(
@@ -180,6 +186,7 @@ def main() -> None:
         print(
             f"offline feature pass (torch, same runs' windows): {offline:.0f} tokens/s; "
             f"service/offline = {tokens / wall / offline:.0%}; "
+            f"{rows_per_call:.1f} steps per model call; "
             f"load average before/after: {load0:.2f}/{os.getloadavg()[0]:.2f}"
         )
         for e in errors[:5]:

@@ -38,7 +38,7 @@ from monitor.textio import json_safe
 from monitor.types import Trajectory
 from serving.guard import Guard, error
 from serving.limits import ServiceConfig
-from serving.metrics import Counter, Histogram, gauge
+from serving.metrics import Counter, Histogram, batch_gauges, gauge
 from serving.runs import score_transcript
 from serving.schemas import NUMBERS, ScoreRequest, SessionRequest, StepIn, steps_over
 from serving.sessions import Full, Live, SessionTable
@@ -322,6 +322,7 @@ def create_app(
                 "Tokens the model encoded for live sessions since start.",
                 getattr(scorer, "tokens_encoded", 0),
             )
+            + batch_gauges(getattr(scorer, "batcher", None))
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 

@@ -77,3 +77,13 @@ class Counter:
 def gauge(name: str, help: str, value: float) -> str:
     """One unlabelled gauge in Prometheus text format."""
     return f"# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value:g}\n"
+
+
+def batch_gauges(batcher: object | None) -> str:
+    """Calls and rows of a serving.batching.KVBatcher (nothing when batching is off)."""
+    if batcher is None:
+        return ""
+    calls, rows = getattr(batcher, "calls", 0), getattr(batcher, "rows", 0)
+    return gauge(
+        "failfast_batched_calls", "Batched model calls for live sessions since start.", calls
+    ) + gauge("failfast_batched_rows", "Session steps those calls carried.", rows)

@@ -79,14 +79,22 @@ def test_concurrent_sessions_batched_equal_unbatched(scorer):
 
 
 def test_groups_bound_padding():
-    from serving.batching import KVRequest, groups
+    """Calls are split where padding would cost over 50% more work than separate calls: new
+    tokens weigh a whole token's projections, a longer past only its attention."""
+    from serving.batching import KVRequest, groups, padded_cost, real_cost
 
     def req(past: int, new: int) -> KVRequest:
         return KVRequest([1] * new, [np.zeros((1, 1, past, 8), np.float32)], np.zeros(0))
 
-    batch = [req(1000, 50), req(10, 50), req(990, 60), req(20, 40), req(1010, 10)]
-    out = groups(batch)
-    assert [[r.past for r in g] for g in out] == [[10, 20], [990, 1000, 1010]]
+    steps = [req(1000, 50), req(10, 60), req(990, 60), req(20, 40), req(600, 55)]
+    chunks = [req(0, 256), req(256, 256), req(900, 256)]
+    out = groups(steps + chunks)
+    assert [sorted((len(r.ids), r.past) for r in g) for g in out] == [
+        [(40, 20), (50, 1000), (55, 600), (60, 10), (60, 990)],  # pasts 10..1000 share a call
+        [(256, 0), (256, 256), (256, 900)],  # never padded from 60 to 256 new tokens
+    ]
+    for g in out:
+        assert padded_cost(g) <= 1.5 * real_cost(g)
 
 
 def test_batcher_hands_every_caller_the_error():
