@@ -188,11 +188,12 @@ class ExportConfig(StrictModel):
 
     opset: int = Field(default=17, ge=14, description="ONNX opset of the exported graphs.")
     int8: bool = Field(default=False, description="Also write int8 graphs (model.int8.onnx ...).")
-    int8_scheme: Literal["blockwise", "dynamic", "per-channel"] = Field(
-        default="blockwise",
-        description="How the int8 graphs are quantised (training.export.quant): blockwise "
-        "8-bit weights and per-row activation blocks (MatMulNBits), or dynamic int8 with one "
-        "weight scale per tensor / per output channel.",
+    int8_scheme: Literal["mixed", "blockwise", "dynamic", "per-channel"] = Field(
+        default="mixed",
+        description="How the int8 graphs are quantised (training.export.quant): mixed (dynamic "
+        "int8 Q/K/V and gate/up projections, the rest fp32), blockwise 8-bit weights and "
+        "per-row activation blocks (MatMulNBits), or dynamic int8 everywhere with one weight "
+        "scale per tensor / per output channel.",
     )
     atol: float = Field(
         default=1e-4, gt=0, description="Largest allowed |onnxruntime - torch| logit."

@@ -99,7 +99,7 @@ def test_transformers_trace_still_exports(tiny_model_dir, tmp_path, monkeypatch)
     assert np.abs(np.array(live) - torch_scores(bundle, traj)).max() < 1e-5
 
 
-@pytest.mark.parametrize("scheme", ["blockwise", "dynamic", "per-channel"])
+@pytest.mark.parametrize("scheme", ["mixed", "blockwise", "dynamic", "per-channel"])
 def test_int8_schemes_load_and_score(gqa_bundle, tmp_path, scheme):
     from serving.scorer import Scorer
     from training.export.quant import quantize_graphs
@@ -121,15 +121,25 @@ def test_int8_schemes_load_and_score(gqa_bundle, tmp_path, scheme):
     assert np.abs(live - a).max() < 0.1
 
 
-def test_blockwise_int8_rows_do_not_depend_on_the_batch(gqa_bundle):
+def test_mixed_int8_keeps_the_outlier_projections_fp32(gqa_bundle):
+    m = json.loads((gqa_bundle / "monitor.json").read_text())
+    assert m["export"]["config"]["int8_scheme"] == "mixed"
+    ops = op_counts(gqa_bundle / "model.int8.onnx")
+    assert ops["MatMulInteger"] == 2 * 2  # packed qkv and gate/up of each layer
+    assert ops["MatMul"] == 2 * 2 + 1  # o and down of each layer, and the head
+
+
+def test_blockwise_int8_rows_do_not_depend_on_the_batch(gqa_bundle, tmp_path):
     """Activations are quantised per row block, so a batched int8 call gives each session the
     score of its own call (dynamic int8 would not: one activation scale per call)."""
     from serving.batching import KVRequest, pack, unpack
     from serving.scorer import Scorer
+    from training.export.quant import quantize_graphs
 
-    m = json.loads((gqa_bundle / "monitor.json").read_text())
-    assert m["export"]["config"]["int8_scheme"] == "blockwise"
-    q = Scorer.load(gqa_bundle, threads=1, int8=True)
+    b = tmp_path / "b"
+    shutil.copytree(gqa_bundle, b)
+    quantize_graphs(b, "blockwise")
+    q = Scorer.load(b, threads=1, int8=True, verify=False)
     rng = np.random.default_rng(1)
     sig = rng.random(len(q.signal_index), dtype=np.float32)
     reqs = []
@@ -155,5 +165,5 @@ def test_bundle_lists_every_file_with_its_hash(tiny_model_dir, tmp_path_factory)
     assert {"model.onnx", "model_kv.onnx", "model.int8.onnx", "model_kv.int8.onnx"} <= set(files)
     assert set(m["files"]) == set(files)
     assert all(m["files"][k] == sha256_file(p) for k, p in files.items())
-    assert m["export"]["config"]["int8_scheme"] == "blockwise"
+    assert m["export"]["config"]["int8_scheme"] == "mixed"
     assert m["versions"]["bundle_format"] == 2

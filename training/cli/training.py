@@ -43,9 +43,9 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true", help="also write int8 graphs")
     p.add_argument(
         "--int8-scheme",
-        choices=["blockwise", "dynamic", "per-channel"],
-        default="blockwise",
-        help="how to quantise (training/export/quant.py); default blockwise",
+        choices=["mixed", "blockwise", "dynamic", "per-channel"],
+        default="mixed",
+        help="how to quantise (training/export/quant.py); default mixed",
     )
     p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target served")
     p.add_argument(
