@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from training.baselines.rules import loopbrake_stops
 from monitor.types import Trajectory
+from training.baselines.rules import loopbrake_stops
 from training.config import PipelineConfig, ThresholdConfig
 from training.data.examples import probe_examples
 from training.data.folds import view_pairs
