@@ -156,6 +156,13 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-dir", help="training output folder (records/, thresholds.json)")
     p.add_argument("--records", nargs="+", help="saved RunRecord parquet file(s) to evaluate")
     p.add_argument("--data", nargs="+", help="transcripts: for the rule baselines, or to score")
+    p.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a label file for --data that labels every run it names, wherever it lies",
+    )
     p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
     p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target")
     p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
@@ -173,6 +180,7 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
             train_dir=args.train_dir,
             records=args.records,
             data=args.data,
+            labels=args.labels,
             score_data=args.score_data,
         )
         result = inputs.evaluate(cfg)
