@@ -30,6 +30,7 @@ from training.data.examples import probe_examples
 from training.data.folds import view_pairs
 from training.data.records import RunRecord, save_records
 from training.data.runs import labelled_runs, load_runs
+from training.evaluate.auroc import auroc_report
 from training.evaluate.stops import Stops, score_stops
 from training.pipeline import stages
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
@@ -50,6 +51,7 @@ class CrossfitResult:
         loopbrake: target key -> stops of LoopBrake calibrated on each pair's training runs.
         thresholds: method -> per pair, the thresholds.json dict it was stopped with.
         seconds: wall time of each pair.
+        probes: the (C, hidden scale) kept for each pair.
     """
 
     view: str
@@ -58,20 +60,49 @@ class CrossfitResult:
     loopbrake: dict[str, Stops] = field(default_factory=dict)
     thresholds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: list[float] = field(default_factory=list)
+    probes: list[dict[str, float]] = field(default_factory=list)
+
+
+def _criterion(records: Sequence[RunRecord]) -> float:
+    """`failfast train`'s probe criterion on records: the mean over agents of the AUROC at 25 /
+    50 / 75 % of each run and overall."""
+    mean = auroc_report(records, scorers=["monitor"])["mean_per_agent"]["monitor"]
+    vals = [v for v in mean.values() if v is not None]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def _fit_on_training(
+    cfg: PipelineConfig, encoder: Encoder, train: Encoded, grid: Sequence[tuple[float, float]]
+) -> tuple[stages.HeadFit, list[RunRecord]]:
+    """The probe for each (C, scale) of `grid`, scored on the training runs out of fold; keeps
+    the pair whose out-of-fold scores are best by the train criterion (what validation does in
+    `failfast train`, here without touching the test runs). Returns the kept head (refitted on
+    every training run) and its out-of-fold records, the calibration records."""
+    best: tuple[float, tuple[float, float], list[RunRecord]] | None = None
+    for pair in grid:
+        head = stages.fit_head(cfg, encoder.model, train, grid=[pair])
+        oof = stages.train_oof_records(cfg, encoder.model, train, head)
+        crit = _criterion(oof) if len(grid) > 1 else 0.0
+        if best is None or crit > best[0]:
+            best = (crit, pair, oof)
+    assert best is not None
+    return stages.fit_head(cfg, encoder.model, train, grid=[best[1]]), best[2]
 
 
 def _pair_records(
-    cfg: PipelineConfig, encoder: Encoder, train: Encoded, test: Encoded, pair: tuple[float, float]
-) -> tuple[list[RunRecord], list[RunRecord]]:
-    """Fit the probe (one (C, scale) pair) and the baselines on `train`; return the test records
-    (monitor, baselines, step count) and the training runs' out-of-fold monitor records."""
-    head = stages.fit_head(cfg, encoder.model, train, grid=[pair])
+    cfg: PipelineConfig, encoder: Encoder, train: Encoded, test: Encoded
+) -> tuple[list[RunRecord], list[RunRecord], tuple[float, float]]:
+    """Fit the probe (grid selected out of fold) and the baselines on `train`; return the test
+    records (monitor, baselines, step count), the training runs' out-of-fold monitor records and
+    the (C, scale) kept."""
+    tc = cfg.train
+    grid = [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C]
+    head, calibration = _fit_on_training(cfg, encoder, train, grid)
     baselines = stages.fit_baselines(cfg, encoder, train, head)
     test_recs = stages.score_records(encoder, test, baselines)
     for r in test_recs:
         r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
-    calibration = stages.train_oof_records(cfg, encoder.model, train, head)
-    return test_recs, calibration
+    return test_recs, calibration, (head.probe.C, head.probe.hidden_scale)
 
 
 def crossfit_view(
@@ -85,7 +116,6 @@ def crossfit_view(
 ) -> CrossfitResult:
     """Cross-fit the configured probe over one view (see the module docstring)."""
     schedule = cfg.policy.schedule()
-    pair = (cfg.train.probe_C[0], cfg.train.probe_hidden_scale[0])
     result = CrossfitResult(view)
     targets = [f"{t:g}" for t in cfg.thresholds.targets]
     for name in methods:
@@ -95,9 +125,10 @@ def crossfit_view(
         result.loopbrake[t] = {}
     for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=folds, seed=cfg.data.split_seed)):
         t0 = time.perf_counter()
-        test_recs, calibration = _pair_records(
-            cfg, encoder, data.subset(list(tr)), data.subset(list(te)), pair
+        test_recs, calibration, pair = _pair_records(
+            cfg, encoder, data.subset(list(tr)), data.subset(list(te))
         )
+        result.probes.append({"C": pair[0], "hidden_scale": pair[1]})
         for name, tcfg in methods.items():
             table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
             result.thresholds[name].append(table.to_json())
@@ -163,6 +194,7 @@ def run_crossfit(
         stops = {"methods": res.stops, "loopbrake": res.loopbrake}
         (folder / "stops.json").write_text(json.dumps(stops))
         (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
+        (folder / "probes.json").write_text(json.dumps(res.probes))
         report = crossfit_report(
             res.records,
             res.stops,
