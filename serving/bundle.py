@@ -99,6 +99,30 @@ class Bundle:
         return float(self.manifest.get("target", 0.05))
 
     @property
+    def calibration(self) -> dict[str, Any]:
+        """Where the served thresholds come from, without local paths (what serving states):
+        the `failfast calibrate` record of monitor.json (docs/BUNDLE.md) less its command line,
+        data paths and history; else the training run's (thresholds.json `calibration`)."""
+        rec = self.manifest.get("calibration")
+        if isinstance(rec, dict):
+            out = {k: v for k, v in rec.items() if k not in ("command", "history")}
+            if isinstance(out.get("data"), dict):
+                out["data"] = {
+                    k: (
+                        len(v)
+                        if k in ("paths", "verdicts", "labels") and isinstance(v, list)
+                        else v
+                    )
+                    for k, v in out["data"].items()
+                }
+            out["earlier_calibrations"] = len(rec.get("history") or [])
+            return out
+        table = self.manifest.get("thresholds") or {}
+        if not table:
+            return {"by": None, "note": "exported without thresholds: no stop by score"}
+        return {"by": "failfast train", **(table.get("calibration") or {})}
+
+    @property
     def kv(self) -> dict[str, int]:
         """{"n_layers", "kv_heads", "head_dim"} of the KV graph's cache tensors."""
         return {k: int(v) for k, v in (self.manifest.get("kv") or {}).items()}
