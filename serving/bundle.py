@@ -149,6 +149,25 @@ class Bundle:
         return table.lookup(agent, self.target if target is None else target)
 
 
+def start_record(scorer: Any) -> dict[str, Any]:
+    """The first line a decision log gets from a scorer: which bundle and graphs score its runs
+    (`failfast calibrate` checks that the graphs of --bundle are the ones that scored the log)."""
+    import time
+
+    bundle: Bundle | None = getattr(scorer, "bundle", None)
+    files = (bundle.manifest.get("files") or {}) if bundle is not None else {}
+    return {
+        "ts": round(time.time(), 3),
+        "event": "start",
+        "run": "",
+        "bundle": bundle.path.name if bundle is not None else None,
+        "bundle_sha256": bundle.sha256 if bundle is not None else None,
+        "graphs": {k: v for k, v in files.items() if k.endswith(".onnx")},
+        "int8": bool(getattr(scorer, "int8", False)),
+        "target": getattr(scorer, "target", None),
+    }
+
+
 def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = None) -> Bundle:
     """Load and check a bundle folder.
 

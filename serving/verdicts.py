@@ -25,6 +25,7 @@ from monitor.feedback import Feedback
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor
 from monitor.textio import json_safe
+from serving.bundle import start_record
 from serving.guard import error
 from serving.limits import ServiceConfig
 from serving.sessions import Live, SessionTable
@@ -55,6 +56,8 @@ def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Mo
     its feedback at the scorer's target over the bundle's threshold groups."""
     sink = open(cfg.decision_log, "a", buffering=1) if cfg.decision_log else None  # noqa: SIM115
     dlog = DecisionLog(sink)
+    if sink is not None:
+        dlog.write(start_record(scorer))
     feedback = Feedback.for_scorer(
         scorer, alpha=cfg.drift_alpha, sample=cfg.watch_runs, keep=cfg.recent_runs, log=dlog
     )

@@ -276,9 +276,13 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
     from monitor.decision_log import DecisionLog
     from monitor.policy import PolicyConfig
     from monitor.session import Monitor
+    from serving.bundle import start_record
 
     sink = open(decision_log, "a", buffering=1) if decision_log else None  # noqa: SIM115
-    return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=DecisionLog(sink))
+    log = DecisionLog(sink)
+    if sink is not None:
+        log.write(start_record(scorer))
+    return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=log)
 
 
 def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-def]
