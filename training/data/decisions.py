@@ -152,7 +152,7 @@ def runs_from_logs(logs: Sequence[str | Path], verdicts: Sequence[str | Path] = 
     verdict_of: dict[str, dict[str, Any]] = {}
     for v in given:  # later verdicts (files come after logs) win
         sid = str(v["session"])
-        key = sid if sid and sid in ends else by_run.get(str(v["run"]))
+        key: str | None = sid if sid and sid in ends else by_run.get(str(v["run"]))
         if key is None:
             out.skipped["verdict for no logged run"] += 1
             continue
