@@ -141,9 +141,8 @@ def runs_from_logs(logs: Sequence[str | Path], verdicts: Sequence[str | Path] = 
             if event == "start":
                 out.starts.append(rec)
             elif event == "end":
-                key = session or run
-                ends[key] = rec
-                by_run[run] = key
+                ends[session or run] = rec
+                by_run[run] = session or run
             elif event == "verdict" and isinstance(rec.get("resolved"), bool):
                 fields = {"resolved": rec["resolved"], "finished": rec.get("finished")}
                 given.append({"session": session, "run": run, **fields})
@@ -152,7 +151,7 @@ def runs_from_logs(logs: Sequence[str | Path], verdicts: Sequence[str | Path] = 
     verdict_of: dict[str, dict[str, Any]] = {}
     for v in given:  # later verdicts (files come after logs) win
         sid = str(v["session"])
-        key: str | None = sid if sid and sid in ends else by_run.get(str(v["run"]))
+        key = sid if sid and sid in ends else by_run.get(str(v["run"]))
         if key is None:
             out.skipped["verdict for no logged run"] += 1
             continue
