@@ -196,9 +196,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         cfg = from_flags(args)
         scorer = _load_scorer(args)
-    except (BundleError, ValueError) as e:
+        app = create_app(scorer, cfg)
+    except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
         return _problem(e)
-    app = create_app(scorer, cfg)
     uvicorn.run(
         app,
         host=args.host,
