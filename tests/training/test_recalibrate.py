@@ -123,6 +123,9 @@ def test_runs_from_logs_rules(tmp_path) -> None:
         "bad line": 1,
     }
     assert len(got.starts) == 1
+    shadow = runs_from_logs([log], [verdicts], shadow_only=True)
+    assert [r.run_id for r in shadow.records] == ["r3"]
+    assert shadow.skipped["not a shadow run"] == 6
     as_dict = tmp_path / "v.json"
     as_dict.write_text(json.dumps({"r6": True}))
     assert "r6" in {r.run_id for r in runs_from_logs([log], [as_dict]).records}

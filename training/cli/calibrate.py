@@ -51,6 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "resolved} (repeatable; the service's own verdicts are in its decision log)",
     )
     p.add_argument(
+        "--shadow-only",
+        action="store_true",
+        help="decision logs: only shadow runs (a harness that obeys the other runs' stops; "
+        "docs/USAGE.md, shadow sampling)",
+    )
+    p.add_argument(
         "--agent",
         default=None,
         help="threshold group of every run given (e.g. your agent's name, when its transcripts "
@@ -175,7 +181,7 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
         data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
         records += score_runs(scorer, lab.runs, progress=not args.no_progress)
     if logs:
-        got = runs_from_logs(logs, args.verdicts)
+        got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
         _check_graphs(got.starts, scorer)
         for rec in got.records:
             rec.agent = rec.source = args.agent or rec.agent

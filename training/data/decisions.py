@@ -123,12 +123,16 @@ def _score(x: Any) -> float:
     return float(x) if isinstance(x, int | float) else math.nan
 
 
-def runs_from_logs(logs: Sequence[str | Path], verdicts: Sequence[str | Path] = ()) -> LogRuns:
+def runs_from_logs(
+    logs: Sequence[str | Path], verdicts: Sequence[str | Path] = (), *, shadow_only: bool = False
+) -> LogRuns:
     """RunRecords of the runs in decision logs that have a verdict (in the logs or in
     `verdicts` files; a file's verdict wins over the log's), by the rules of this module.
 
     A verdict names its run by session id (service sessions) or by run id; a run id shared by
-    several logged runs gives its verdict to the last of them.
+    several logged runs gives its verdict to the last of them. `shadow_only`: only shadow runs
+    (a harness that obeys the other runs' stops selects them by the monitor's own decisions, so
+    only the shadow runs are a fair sample).
     """
     out = LogRuns()
     ends: dict[str, dict[str, Any]] = {}  # key (session or run) -> end record, the last wins
@@ -157,6 +161,9 @@ def runs_from_logs(logs: Sequence[str | Path], verdicts: Sequence[str | Path] = 
             continue
         verdict_of[key] = v
     for key, end in ends.items():
+        if shadow_only and not end.get("shadow"):
+            out.skipped["not a shadow run"] += 1
+            continue
         found = verdict_of.get(key)
         if found is None:
             out.skipped["no verdict"] += 1
