@@ -139,3 +139,32 @@ def test_shadow_sample_status_metrics_and_the_log_rebuilds(tmp_path) -> None:
     assert rec.agent == "a"
     assert list(rec.scores["monitor"]) == [0.1, 0.9, 0.9]
     assert got.starts[0]["event"] == "start"
+
+
+def test_bench_drift_flags_drift_and_agrees_across_paths(tmp_path) -> None:
+    """bench/bench_drift.py on a synthetic pool: the service stops exactly the runs the offline
+    rule stops, HTTP and Python and full/compact replays give the same flag points, 2x drift is
+    flagged, the target rarely."""
+    import numpy as np
+
+    from tests.bench_loader import load_bench
+    from training.data.records import RunRecord, save_records
+
+    rng = np.random.default_rng(0)
+    recs = [
+        RunRecord(f"r{i}", f"i{i}", "a", "a", i % 2 == 0, np.full(6, 3), {"monitor": rng.random(6)})
+        for i in range(400)
+    ]
+    save_records(tmp_path / "pool.parquet", recs)
+    argv = ["--records", str(tmp_path / "pool.parquet"), "--replays", "30", "--max-resolved", "300"]
+    rows = load_bench("bench_drift").main([*argv, "--check-full", "2", "--http-replays", "1"])
+    two, at = rows
+    assert two["true_fpr"] == pytest.approx(0.10)
+    assert at["true_fpr"] == pytest.approx(0.05)
+    for row in rows:
+        assert row["stops_unlike_offline"] == 0
+        assert row["full_mismatches"] == "0 of 2"
+        assert row["http_mismatches"] == "0 of 1"
+    assert two["median_to_flag"] < 200
+    assert two["within_1000"] >= 0.8
+    assert at["within_1000"] <= 0.2

@@ -297,3 +297,25 @@ def test_calibrate_from_a_decision_log_and_verdicts(bundle, tmp_path, capsys) ->
     # --verdicts without a decision log
     bad = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "nothing")]
     assert main([*bad, "--verdicts", str(vfile), "--out", str(tmp_path / "b4")]) == 2
+
+
+def test_bench_calibrate_protocol_on_synthetic_records() -> None:
+    """bench/bench_calibrate.py's protocol: the shipped table's pooled threshold is far off for a
+    new agent whose scores run high; calibrated on half its runs, the other half's realized FPR
+    is near the target."""
+    from tests.bench_loader import load_bench
+
+    bench = load_bench("bench_calibrate")
+    rng = np.random.default_rng(1)
+    old = pick_thresholds(group("a", 200, 0), schedule=SCHED, targets=[0.05])
+    new = [
+        RunRecord(f"n{i}", f"i{i}", "new", "new", i % 2 == 0, np.full(3, 5),
+                  {"monitor": rng.uniform(0.9 + 0.03 * (i % 2), 0.99, 3)})
+        for i in range(400)
+    ]  # fmt: skip
+    cfg = ThresholdConfig(targets=[0.05])
+    row = bench.protocol(new, "new", old, cfg, SCHED, splits=20, seed=0)
+    assert row["uncalibrated"]["fpr_mean"] > 0.3
+    assert row["calibrated"]["fpr_mean"] == pytest.approx(0.05, abs=0.03)
+    assert row["calibrated_threshold_from"] == ["agent"]
+    assert row["resolved_cal"] + row["resolved_held"] == 200
