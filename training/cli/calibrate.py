@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from typing import Any, get_args
+
+from training.cli.serving import _pin_arg, _problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,14 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records-out", default=None, help="also save the scored records (parquet)")
     p.add_argument("--int8", action="store_true", help="score with the int8 graphs")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads per call")
-    p.add_argument("--bundle-sha256", default=None, metavar="HEX", help="pin the bundle")
+    _pin_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_calibrate)
-
-
-def _problem(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -121,7 +117,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         cfg = _threshold_config(args, scorer.bundle)
         records, data = _records(args, scorer)
     except (BundleError, ConfigError, ValueError, OSError) as e:
-        return _problem(str(e))
+        return _problem(e)
     return _write(args, scorer, cfg, records, data)
 
 
@@ -224,7 +220,7 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
     try:
         result = recalibrate(old, records, cfg, schedule=schedule, replace=args.replace)
     except ValueError as e:
-        return _problem(str(e))
+        return _problem(e)
     table = result.table
     print(f"thresholds ({cfg.mode}, {cfg.method}; schedule {schedule.model_dump()}):")
     for g, c in result.groups.items():
@@ -244,11 +240,12 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
         print(f"refused at the served target {served:g} for {g}: {why}")
     if result.groups and all(g in refused for g in result.groups):
         if "pooled" in refused or result.pooled != "recalibrated":
-            return _problem(
+            why = (
                 f"no group of the data can certify the served target {served:g} (see above); "
                 "nothing written. Give more resolved runs, a larger --serve-target, or another "
                 "--method"
             )
+            return _problem(ValueError(why))
     command = "failfast " + " ".join(shlex.quote(a) for a in args.argv)
     record = calibration_record(
         result, cfg, data=data, served_target=served, bundle=bundle, command=command
@@ -256,6 +253,6 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
     try:
         out = write_calibrated_bundle(bundle, args.out, table, record, target=served)
     except BundleError as e:
-        return _problem(str(e))
+        return _problem(e)
     print(f"recalibrated bundle: {out} (served target {served:g}; calibrated {record['at']})")
     return 0
