@@ -70,7 +70,10 @@ def close_session(sid: str, live: Live) -> None:
     session = live.session
     with live.lock:
         if not session.ended:
-            session.end()
+            try:
+                session.end()
+            except Exception:  # the end record is bookkeeping: closing must still succeed
+                log.exception("session %s: could not log its end record", sid)
         if session.feedback is not None:
             session.feedback.closed(session.outcome())
 
