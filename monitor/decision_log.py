@@ -26,12 +26,25 @@ def decision_record(
     agent: str | None = None,
     resolved: bool | None = None,
     event: str = "observe",
+    session: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The JSON-ready record of one decision (what one log line holds)."""
-    return {
+    """The JSON-ready record of one decision (what one log line holds).
+
+    Args:
+        session: the service's session id ("" outside the service: not written).
+        extra: more fields; the "end" record of a run carries its per-step `scores` and
+            `tokens`, `steps`, `stop_step` and `shadow` (what `failfast calibrate` rebuilds a
+            run from, training.data.decisions).
+    """
+    out: dict[str, Any] = {
         "ts": round(time.time(), 3),
         "event": event,
         "run": run,
+    }
+    if session:
+        out["session"] = session
+    return out | {
         "agent": agent,
         "resolved": resolved,
         "step": decision.step,
@@ -41,6 +54,7 @@ def decision_record(
         "threshold": decision.threshold,
         "evidence": decision.evidence,
         "flags": [{"name": f.name, "step": f.step, "evidence": f.evidence} for f in decision.flags],
+        **(extra or {}),
     }
 
 
@@ -69,6 +83,8 @@ class DecisionLog:
         agent: str | None = None,
         resolved: bool | None = None,
         event: str = "observe",
+        session: str = "",
+        extra: dict[str, Any] | None = None,
     ) -> None:
         """Count a decision and write its line (see `decision_record`)."""
         with self._lock:
@@ -81,10 +97,23 @@ class DecisionLog:
             return
         if self.sink is None and not logger.isEnabledFor(logging.DEBUG):
             return
-        line = json.dumps(
-            decision_record(decision, run=run, agent=agent, resolved=resolved, event=event),
-            default=str,
+        self.write(
+            decision_record(
+                decision,
+                run=run,
+                agent=agent,
+                resolved=resolved,
+                event=event,
+                session=session,
+                extra=extra,
+            )
         )
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Write one record that is not a decision (e.g. a verdict) as a JSON line."""
+        if self.sink is None and not logger.isEnabledFor(logging.DEBUG):
+            return
+        line = json.dumps(record, default=str)
         if self.sink is not None:
             with self._lock:
                 self.sink.write(line + "\n")

@@ -39,3 +39,7 @@ class TranscriptTooLarge(TranscriptError):
 
 class Cancelled(FailfastError):
     """Work stopped on request (e.g. the HTTP client that asked for it went away)."""
+
+
+class VerdictError(FailfastError):
+    """A run's verdict cannot be taken: unknown run or session, or a verdict already given."""

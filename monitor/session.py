@@ -12,7 +12,13 @@
             break
 
 A failing scorer never breaks the run: the decision is "continue" with reason "monitor_error"
-(logged). Once a session has stopped it keeps returning that stop decision.
+(logged). Once a session has stopped it keeps returning that stop decision, and keeps scoring the
+steps it is still given (a shadow run that ignores the stop), so its "end" record holds the
+scores of the whole run.
+
+When the run is over, `session.end()` logs its "end" record (per-step scores and tokens: what
+`failfast calibrate` rebuilds the run from), and `session.verdict(resolved)` reports its verdict
+to the Monitor's feedback (monitor.feedback: realized FPR per agent and the drift flag).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from collections import deque
 from typing import Any
 
 from monitor.decision_log import DecisionLog
+from monitor.errors import VerdictError
+from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key, short_call
 from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
@@ -53,6 +61,8 @@ class Monitor:
         scorer: a learned scorer (serving.Scorer or monitor.scripted.ScriptedScorer); None
             runs the heuristic halts only.
         log: where decisions are counted and logged; a fresh DecisionLog when None.
+        feedback: where its sessions' verdicts go; None: one at the scorer's target over its
+            bundle's threshold groups (`Feedback.for_scorer`), writing verdicts to `log`.
     """
 
     def __init__(
@@ -61,20 +71,36 @@ class Monitor:
         scorer: StepScorer | None = None,
         *,
         log: DecisionLog | None = None,
+        feedback: Feedback | None = None,
     ) -> None:
         self.config = config or PolicyConfig()
         self.scorer = scorer
         self.log = log if log is not None else DecisionLog()
+        self.feedback = (
+            feedback if feedback is not None else Feedback.for_scorer(scorer, log=self.log)
+        )
 
-    def start(self, task: str = "", agent: str | None = None, *, run: str = "") -> Session:
-        """Open a session for one run of `agent` on `task` (`run` names it in the log)."""
+    def start(
+        self, task: str = "", agent: str | None = None, *, run: str = "", shadow: bool = False
+    ) -> Session:
+        """Open a session for one run of `agent` on `task` (`run` names it in the log; `shadow`:
+        the harness will not obey this run's stops, see monitor.feedback)."""
         score_session = None
         if self.scorer is not None:
             try:
                 score_session = self.scorer.start(task, agent)
             except Exception:
                 logger.exception("scorer failed to start a session; heuristics only")
-        return Session(self.config, score_session, task=task, agent=agent, log=self.log, run=run)
+        return Session(
+            self.config,
+            score_session,
+            task=task,
+            agent=agent,
+            log=self.log,
+            run=run,
+            feedback=self.feedback,
+            shadow=shadow,
+        )
 
 
 class Session:
@@ -89,6 +115,9 @@ class Session:
         agent: str | None = None,
         log: DecisionLog | None = None,
         run: str = "",
+        feedback: Feedback | None = None,
+        shadow: bool = False,
+        session_id: str = "",
     ) -> None:
         self.config = config
         self.scorer = scorer
@@ -96,6 +125,17 @@ class Session:
         self.agent = agent
         self.run = run
         self.log = log if log is not None else DecisionLog()
+        self.feedback = feedback
+        self.shadow = shadow
+        """The harness will not obey this run's stops (it runs to its end; monitor.feedback)."""
+        self.session_id = session_id
+        """The service's id of this session ("" outside the service)."""
+        self.scores: list[float | None] = []
+        """The score after each step observed (None: no scorer, or it failed)."""
+        self.tokens: list[int] = []
+        """Each observed step's tokens (prompt + completion)."""
+        self.ended = False
+        self._outcome: RunOutcome | None = None
         self.tracker = SignalTracker()
         self.flag_tracker = FlagTracker(task, config.flags)
         self.diff = ""
@@ -150,9 +190,6 @@ class Session:
         if step.is_error and step.observation:
             self._last_error = _last_line(step.observation)
         flags = self._flags(step, k)
-        if self.stopped is not None:
-            return dataclasses.replace(self.stopped, flags=flags) if flags else self.stopped
-
         score: float | None = None
         failed = False
         if self.scorer is not None:
@@ -161,6 +198,10 @@ class Session:
             except Exception:
                 logger.exception("scorer failed at step %d of run %r", k, self.run)
                 failed = True
+        self.scores.append(score)
+        self.tokens.append(step.tokens)
+        if self.stopped is not None:
+            return dataclasses.replace(self.stopped, flags=flags) if flags else self.stopped
         threshold, warn_threshold = self._thresholds()
 
         hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
@@ -191,7 +232,7 @@ class Session:
                 decision = Decision("warn", reason, score, threshold, k, warn, flags)
             else:
                 decision = Decision("continue", "ok", score, threshold, k, {}, flags)
-        self.log.record(decision, run=self.run, agent=self.agent)
+        self.log.record(decision, run=self.run, agent=self.agent, session=self.session_id)
         return decision
 
     def guard_call(self, name: str, args: Any) -> int:
@@ -222,8 +263,54 @@ class Session:
             step=self.k,
             flags=flags,
         )
-        self.log.record(d, run=self.run, agent=self.agent, resolved=resolved, event="end")
+        extra = {
+            "steps": len(self.scores),
+            "stop_step": self.stopped.step if self.stopped else None,
+            "shadow": self.shadow,
+            "scores": self.scores,
+            "tokens": self.tokens,
+        }
+        self.log.record(
+            d,
+            run=self.run,
+            agent=self.agent,
+            resolved=resolved,
+            event="end",
+            session=self.session_id,
+            extra=extra,
+        )
+        self.ended = True
         return flags
+
+    def outcome(self) -> RunOutcome:
+        """What verdict feedback needs of this run (steps, where it stopped, shadow); the same
+        object on every call, so a verdict given through it is remembered."""
+        if self._outcome is None:
+            self._outcome = RunOutcome(self.session_id, self.run, self.agent, 0)
+        o = self._outcome
+        o.session, o.run, o.agent, o.shadow = self.session_id, self.run, self.agent, self.shadow
+        o.steps = len(self.scores)
+        o.stop_step = self.stopped.step if self.stopped else None
+        o.stop_reason = self.stopped.reason if self.stopped else None
+        return o
+
+    def verdict(self, resolved: bool, *, finished: bool | None = None) -> dict[str, Any]:
+        """Report the run's verdict (after the run; before or after `end`) to the feedback.
+
+        Args:
+            resolved: the run's verdict.
+            finished: the run went on to its own end; None: inferred (a stopped run finished
+                only when steps came after its stop, or the session is a shadow run).
+
+        Returns:
+            What the feedback did with it (counted, the group's realized FPR and interval).
+
+        Raises:
+            VerdictError: the session has no feedback, or the run already has a verdict.
+        """
+        if self.feedback is None:
+            raise VerdictError("this session reports to no feedback (open it from a Monitor)")
+        return self.feedback.report(self.outcome(), resolved, finished=finished)
 
     def _flags(self, step: Step, k: int) -> list[Flag]:
         tr = self.tracker
@@ -258,7 +345,9 @@ class Session:
         k = int(values["steps"])
         decision = Decision("stop", reason, score, threshold, k, evidence, flags or [], packet)
         self.stopped = decision
-        self.log.record(decision, run=self.run, agent=self.agent, event=event)
+        self.log.record(
+            decision, run=self.run, agent=self.agent, event=event, session=self.session_id
+        )
         return decision
 
     def summary(self, reason: str, values: dict[str, float]) -> str:

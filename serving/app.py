@@ -6,6 +6,8 @@
     POST   /v1/sessions/{id}/check     before a model call -> Decision (budgets)
     POST   /v1/sessions/{id}/steps     one step -> Decision (KV cache: costs the step's tokens)
     DELETE /v1/sessions/{id}           close a session
+    POST   /v1/sessions/{id}/verdict   a finished run's verdict; also POST /v1/verdicts, and
+    GET    /v1/status                  realized FPR per agent and drift (serving/verdicts.py)
     GET    /healthz, GET /metrics      liveness; Prometheus text (decisions by reason, latency)
 
 OpenAPI is served at /openapi.json and /docs. Every error body is {"error": message}: bad JSON
@@ -33,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.errors import Cancelled, TranscriptError, TranscriptTooLarge
 from monitor.policy import PolicyConfig
-from monitor.session import Monitor, Session
+from monitor.session import Session
 from monitor.textio import json_safe
 from monitor.types import Trajectory
 from serving.guard import Guard, error
@@ -43,6 +45,7 @@ from serving.runs import score_transcript
 from serving.schemas import NUMBERS, ScoreRequest, SessionRequest, StepIn, steps_over
 from serving.sessions import Full, Live, SessionTable
 from serving.transcripts import read_transcript_bytes
+from serving.verdicts import close_session, install, service_monitor
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +72,13 @@ def create_app(
         policy: decision policy; None: the bundle's.
     """
     cfg = config or ServiceConfig()
-    monitor = Monitor(policy or PolicyConfig.model_validate(scorer.policy), scorer=scorer)
+    monitor = service_monitor(scorer, policy or PolicyConfig.model_validate(scorer.policy), cfg)
     table = SessionTable(
         max_sessions=cfg.max_sessions,
         max_per_client=cfg.max_sessions_per_client,
         idle_seconds=cfg.session_idle_seconds,
         evict_idle_seconds=cfg.evict_idle_seconds,
+        on_close=close_session,
     )
     if hasattr(scorer, "enable_batching"):  # concurrent sessions' steps share graph calls
         scorer.enable_batching(cfg.batch_window_ms / 1000, cfg.max_batch)
@@ -241,11 +245,14 @@ def create_app(
                 agent=req.agent,
                 log=monitor.log,
                 run=req.run,
+                feedback=monitor.feedback,
+                shadow=req.shadow,
             )
         except BaseException:
             table.cancel(client)
             raise
         sid = table.add(client, session, score_session)
+        session.session_id = sid
         return json_safe(
             {
                 "session_id": sid,
@@ -280,11 +287,13 @@ def create_app(
 
     @app.delete("/v1/sessions/{sid}", status_code=204)
     def close(sid: str) -> Response:
-        """Close a session (its cache is freed)."""
-        if table.pop(sid) is None:
+        """Close a session (its cache is freed; its end record is logged)."""
+        live = table.pop(sid)
+        if live is None:
             return error(
                 404, f"unknown session {sid!r} (never opened, deleted, expired or evicted)"
             )
+        close_session(sid, live)
         return Response(status_code=204)
 
     @app.get("/healthz")
@@ -323,9 +332,11 @@ def create_app(
                 getattr(scorer, "tokens_encoded", 0),
             )
             + batch_gauges(getattr(scorer, "batcher", None))
+            + monitor.feedback.prometheus_text()
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    install(app, scorer=scorer, table=table, feedback=monitor.feedback)
     app.add_middleware(
         Guard,
         max_body_bytes=cfg.max_body_bytes,

@@ -101,6 +101,30 @@ class Bundle:
         return float(self.manifest.get("target", 0.05))
 
     @property
+    def calibration(self) -> dict[str, Any]:
+        """Where the served thresholds come from, without local paths (what serving states):
+        the `failfast calibrate` record of monitor.json (docs/BUNDLE.md) less its command line,
+        data paths and history; else the training run's (thresholds.json `calibration`)."""
+        rec = self.manifest.get("calibration")
+        if isinstance(rec, dict):
+            out = {k: v for k, v in rec.items() if k not in ("command", "history")}
+            if isinstance(out.get("data"), dict):
+                out["data"] = {
+                    k: (
+                        len(v)
+                        if k in ("paths", "verdicts", "labels") and isinstance(v, list)
+                        else v
+                    )
+                    for k, v in out["data"].items()
+                }
+            out["earlier_calibrations"] = len(rec.get("history") or [])
+            return out
+        table = self.manifest.get("thresholds") or {}
+        if not table:
+            return {"by": None, "note": "exported without thresholds: no stop by score"}
+        return {"by": "failfast train", **(table.get("calibration") or {})}
+
+    @property
     def kv(self) -> dict[str, int]:
         """{"n_layers", "kv_heads", "head_dim"} of the KV graph's cache tensors."""
         return {k: int(v) for k, v in (self.manifest.get("kv") or {}).items()}
@@ -125,6 +149,25 @@ class Bundle:
         if table is None:
             return Thresholds(math.inf, math.inf, "refused")
         return table.lookup(agent, self.target if target is None else target)
+
+
+def start_record(scorer: Any) -> dict[str, Any]:
+    """The first line a decision log gets from a scorer: which bundle and graphs score its runs
+    (`failfast calibrate` checks that the graphs of --bundle are the ones that scored the log)."""
+    import time
+
+    bundle: Bundle | None = getattr(scorer, "bundle", None)
+    files = (bundle.manifest.get("files") or {}) if bundle is not None else {}
+    return {
+        "ts": round(time.time(), 3),
+        "event": "start",
+        "run": "",
+        "bundle": bundle.path.name if bundle is not None else None,
+        "bundle_sha256": bundle.sha256 if bundle is not None else None,
+        "graphs": {k: v for k, v in files.items() if k.endswith(".onnx")},
+        "int8": bool(getattr(scorer, "int8", False)),
+        "target": getattr(scorer, "target", None),
+    }
 
 
 def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = None) -> Bundle:

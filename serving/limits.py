@@ -6,7 +6,7 @@ status code each one answers.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -91,6 +91,30 @@ class ServiceConfig(StrictModel):
         ge=1,
         description="Open connections plus requests in progress; beyond, uvicorn answers 503 "
         "(`failfast serve` only).",
+    )
+    decision_log: str | None = Field(
+        default=None,
+        description="Append to this file one JSON line per decision that is not a plain "
+        "continue, per verdict, and per closed session (its per-step scores and tokens): what "
+        "`failfast calibrate --data FILE` recalibrates from. None: not written.",
+    )
+    drift_alpha: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="Chance that the drift flag is ever raised for an agent whose realized FPR "
+        "is at the target (monitor/drift.py).",
+    )
+    watch_runs: Literal["all", "shadow"] = Field(
+        default="all",
+        description="Whose verdicts count in the realized FPR: every run that went on to its own "
+        "end (all), or only sessions opened with shadow=true (shadow), for harnesses that obey stops.",
+    )
+    recent_runs: int = Field(
+        default=10_000,
+        ge=0,
+        description="Closed sessions remembered so that a verdict arriving after the close still "
+        "counts (404 for older ones).",
     )
 
 

@@ -61,7 +61,12 @@ class ScoreRequest(BaseModel):
 class SessionRequest(BaseModel):
     task: str = ""
     agent: str | None = None
-    run: str = ""
+    run: str = Field("", description="The harness's run id (a verdict may name the run by it).")
+    shadow: bool = Field(
+        False,
+        description="The harness will not obey this run's stops (a shadow run: its verdict "
+        "measures the false-positive rate).",
+    )
 
 
 def steps_over(errors: Sequence[Any]) -> int | None:

@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class SessionTable:
         idle_seconds: a session unused this long expires.
         evict_idle_seconds: when the table is full, the idlest session is evicted if it has been
             unused at least this long.
+        on_close: called with (id, session) for every session that expires or is evicted
+            (outside the table's lock); `pop` leaves closing to its caller.
     """
 
     def __init__(
@@ -62,7 +65,9 @@ class SessionTable:
         max_per_client: int,
         idle_seconds: float,
         evict_idle_seconds: float,
+        on_close: Callable[[str, Live], None] | None = None,
     ) -> None:
+        self.on_close = on_close
         self.max_sessions = max_sessions
         self.max_per_client = max_per_client
         self.idle_seconds = idle_seconds
@@ -78,14 +83,25 @@ class SessionTable:
     def expire(self) -> None:
         """Drop sessions idle longer than `idle_seconds`."""
         now = time.monotonic()
+        gone: list[tuple[str, Live]] = []
         with self._lock:
             for sid in [s for s, v in self._live.items() if now - v.last_used > self.idle_seconds]:
-                del self._live[sid]
+                gone.append((sid, self._live.pop(sid)))
                 log.info("session %s expired after %.0f s idle", sid, self.idle_seconds)
+        self._closed(gone)
+
+    def _closed(self, gone: list[tuple[str, Live]]) -> None:
+        for sid, live in gone:
+            if self.on_close is not None:
+                try:
+                    self.on_close(sid, live)
+                except Exception:  # closing bookkeeping must never fail a request
+                    log.exception("closing session %s failed", sid)
 
     def reserve(self, client: str) -> None:
         """Take a slot for `client` before the (slow) scorer start; Full when there is none."""
         self.expire()
+        gone: list[tuple[str, Live]] = []
         with self._lock:
             mine = self._reserved[client] + sum(v.client == client for v in self._live.values())
             if self.max_per_client and mine >= self.max_per_client:
@@ -94,10 +110,11 @@ class SessionTable:
                     f"(--max-sessions-per-client {self.max_per_client}); close some first"
                 )
             if len(self._live) + sum(self._reserved.values()) >= self.max_sessions:
-                self._evict_idlest()
+                gone.append(self._evict_idlest())
             self._reserved[client] += 1
+        self._closed(gone)
 
-    def _evict_idlest(self) -> None:
+    def _evict_idlest(self) -> tuple[str, Live]:
         now = time.monotonic()
         idlest = min(self._live.items(), key=lambda kv: kv[1].last_used, default=None)
         if idlest is None or now - idlest[1].last_used < self.evict_idle_seconds:
@@ -113,6 +130,7 @@ class SessionTable:
             idlest[1].client,
             now - idlest[1].last_used,
         )
+        return idlest
 
     def add(self, client: str, session: Any, score_session: Any) -> str:
         """Turn `client`'s reservation into an open session; returns its id."""
@@ -144,3 +162,9 @@ class SessionTable:
     def pop(self, sid: str) -> Live | None:
         with self._lock:
             return self._live.pop(sid, None)
+
+    def find_run(self, run: str) -> tuple[str, Live] | None:
+        """The open session of harness run id `run` (the latest opened when several share it)."""
+        with self._lock:
+            found = [(sid, v) for sid, v in self._live.items() if v.session.run == run]
+        return found[-1] if found else None

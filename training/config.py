@@ -179,6 +179,8 @@ class EvalConfig(StrictModel):
     """Scores in the records evaluated as baselines at the monitor's realized FPR."""
     group_by: str = "agent"
     """Record field thresholds and FPR matching are conditioned on."""
+    n_boot: int = Field(500, ge=10)
+    """Bootstrap draws of the cross-fitted report's intervals (failfast crossfit)."""
     n_plot_runs: int = 6
     """Resolved and unresolved runs each drawn in the score-over-steps plot."""
 

@@ -13,6 +13,9 @@ Before each model call the wrapper turns the messages so far into Steps (with th
 the offline reader), observes every step not yet seen, then calls `check()`. On a stop it writes
 the restart packet beside the trajectory (`<output_path stem>.restart.json`) and raises
 `MonitorStopped`, so the run ends with its own exit status and the trajectory is saved as usual.
+When `run()` returns, the session's end record (per-step scores) goes to the monitor's decision
+log; once the run is evaluated, `agent.monitor_session.verdict(resolved)` reports its verdict to
+`monitor.feedback` (realized FPR per agent, drift).
 """
 
 from __future__ import annotations
@@ -91,7 +94,13 @@ def monitored(agent_cls: type) -> type:
             self._task = task
             self.monitor_session = self.monitor.start(task, self.agent_name)
             self.decisions = []
-            return super().run(task, **kwargs)
+            try:
+                return super().run(task, **kwargs)
+            finally:  # the end record (per-step scores) goes to the monitor's decision log
+                try:
+                    self.monitor_session.end()
+                except Exception:  # logging must not change how the run ends
+                    log.exception("monitor_error: could not log the end of the run")
 
         def query(self) -> dict:
             try:

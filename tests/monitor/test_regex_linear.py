@@ -9,16 +9,16 @@ checked with hypothesis on random short strings. Times: bench/bench_regex.py.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.bench_loader import load_bench
 
 SIZE = 100_000
 BOUND_S = 3.0  # generous: a linear pattern needs ~1-10 ms for 100 KB, a quadratic one minutes
@@ -40,18 +40,7 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
-def _load_bench():
-    """bench/bench_regex.py as a module: it owns the pattern collection and the attack strings."""
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_regex.py"
-    spec = importlib.util.spec_from_file_location("bench_regex", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load_bench()
+BENCH = load_bench("bench_regex")  # it owns the pattern collection and the attack strings
 PATTERNS = BENCH.patterns()
 
 

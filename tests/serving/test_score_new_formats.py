@@ -61,3 +61,23 @@ def test_score_cli_and_http(agent, bundle, server, data_dir, capsys):
     assert r.status_code == 200, r.text
     assert r.json()["n_steps"] == len(traj.steps)
     assert r.json()["scores"] == pytest.approx(want, abs=1e-5)
+
+
+def test_evaluate_with_labels_given_explicitly(bundle, data_dir, tmp_path, capsys):
+    """`failfast evaluate --labels FILE`: runs whose label file is elsewhere are evaluated."""
+    import shutil
+
+    from training.cli import main
+
+    trajs = data_dir / "swe-bench-verified" / "openhands-claude-3.5-sonnet" / "trajs"
+    ids = sorted(p.name for p in trajs.iterdir())[:8]
+    for iid in ids:
+        shutil.copytree(trajs / iid, tmp_path / "sub" / "trajs" / iid)
+    labels = tmp_path / "elsewhere.json"
+    labels.write_text(json.dumps({"resolved_ids": ids[:4], "unresolved_ids": ids[4:]}))
+    args = ["evaluate", "--bundle", str(bundle), "--data", str(tmp_path / "sub"), "--score-data"]
+    with pytest.raises(SystemExit, match="--labels FILE"):
+        main(args)
+    assert main([*args, "--labels", str(labels), "--json", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["monitor"]["runs"], report["monitor"]["resolved_runs"]) == (8, 4)

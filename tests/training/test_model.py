@@ -266,7 +266,8 @@ def test_real_smollm2_truncated_backbone(tmp_path):
 
 
 def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs):
-    from training.model.crossfit import instance_folds, out_of_fold_scores
+    from training.data.folds import instance_folds
+    from training.model.crossfit import out_of_fold_scores
 
     folds = instance_folds(runs, 3, seed=0)
     by_inst: dict[str, set[int]] = {}

@@ -13,6 +13,7 @@ and the result equals the pipeline applied to each prefix text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from monitor.types import Trajectory
 from training.config import TrainConfig
 from training.data.examples import PrefixSet, prefix_examples, run_weights
 from training.data.runs import label_of
+
+log = logging.getLogger(__name__)
 
 
 def signals_pipeline(C: float = 1.0) -> Pipeline:
@@ -171,8 +174,13 @@ def save_baselines(pipes: Mapping[str, Pipeline], folder: str | Path) -> None:
 
 
 def load_baselines(folder: str | Path) -> dict[str, Pipeline]:
-    """The pipelines saved by `save_baselines` (none when the folder is absent)."""
+    """The pipelines saved by `save_baselines` (none when the folder is absent); a file that
+    cannot be loaded is skipped with a warning naming it (the other baselines still run)."""
     folder = Path(folder)
-    return (
-        {p.stem: joblib.load(p) for p in sorted(folder.glob("*.joblib"))} if folder.is_dir() else {}
-    )
+    out: dict[str, Pipeline] = {}
+    for p in sorted(folder.glob("*.joblib")) if folder.is_dir() else []:
+        try:
+            out[p.stem] = joblib.load(p)
+        except Exception as e:  # noqa: BLE001 - any unpickling failure means an unusable file
+            log.warning("%s: cannot load this baseline (%s: %s); skipped", p, type(e).__name__, e)
+    return out

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
-from training.cli import experiments, monitor, serving, training
+from training.cli import calibrate, experiments, monitor, serving, training
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     monitor.register(sub)
     training.register(sub)
+    calibrate.register(sub)
     experiments.register(sub)
     serving.register(sub)
     return parser
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv), set up logging and run the subcommand's handler."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a saved artefact records
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",

@@ -134,6 +134,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
     )
     p.add_argument("--once", action="store_true", help="process what is there now and exit")
+    p.add_argument(
+        "--decision-log",
+        default=None,
+        metavar="FILE",
+        help="append the decisions and, when the watch ends, the run's end record (per-step "
+        "scores and tokens) to FILE as JSON lines; `failfast calibrate --data FILE --verdicts V` "
+        "reads it",
+    )
     _limit_args(p)
     p.set_defaults(func=_watch)
 
@@ -160,7 +168,9 @@ def _score(args: argparse.Namespace) -> int:
         logging.getLogger("failfast.score").exception("failfast score failed")
         return _problem(e)
     if args.json:
-        print(json.dumps(result.to_dict(all_decisions=True), default=str))
+        out = result.to_dict(all_decisions=True)
+        out["calibration"] = scorer.bundle.calibration
+        print(json.dumps(out, default=str))
     else:
         thr = "none (warn only)" if result.threshold is None else f"{result.threshold:.3f}"
         print(
@@ -186,9 +196,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         cfg = from_flags(args)
         scorer = _load_scorer(args)
-    except (BundleError, ValueError) as e:
+        app = create_app(scorer, cfg)
+    except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
         return _problem(e)
-    app = create_app(scorer, cfg)
     uvicorn.run(
         app,
         host=args.host,
@@ -243,11 +253,9 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    import time
     from pathlib import Path
 
-    from monitor.errors import TranscriptError, TranscriptTooLarge
-    from monitor.textio import json_safe
+    from monitor.errors import TranscriptError
     from serving.transcripts import check_readable
 
     try:
@@ -256,6 +264,35 @@ def _follow(args: argparse.Namespace) -> int:
             check_readable(Path(args.transcript))
     except (BundleError, TranscriptError) as e:
         return _problem(e)
+    monitor = _watch_monitor(scorer, args.decision_log)
+    try:
+        return _poll(args, monitor)
+    finally:
+        if monitor.log.sink is not None:
+            monitor.log.sink.close()
+
+
+def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
+    from monitor.decision_log import DecisionLog
+    from monitor.policy import PolicyConfig
+    from monitor.session import Monitor
+    from serving.bundle import start_record
+
+    sink = open(decision_log, "a", buffering=1) if decision_log else None  # noqa: SIM115
+    log = DecisionLog(sink)
+    if sink is not None:
+        log.write(start_record(scorer))
+    return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=log)
+
+
+def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-def]
+    """Read the transcript every --interval seconds; a decision per new step (the end record is
+    logged when the watch ends)."""
+    import time
+
+    from monitor.errors import TranscriptError, TranscriptTooLarge
+    from monitor.textio import json_safe
+
     session = None
     seen = 0
     last_growth = time.monotonic()
@@ -270,14 +307,17 @@ def _follow(args: argparse.Namespace) -> int:
                 return _problem(e)
         if traj is not None:
             if session is None:
-                session = scorer.session(traj.task, args.agent or traj.agent or None, run=traj.id)
+                session = monitor.start(traj.task, args.agent or traj.agent or None, run=traj.id)
             for step in traj.steps[seen:]:
                 decision = session.observe(step)
                 seen += 1
                 last_growth = time.monotonic()
                 print(json.dumps(json_safe(decision.to_dict())), flush=True)
                 if decision.stop:
+                    session.end()
                     return 1
         if args.once or time.monotonic() - last_growth > args.idle:
+            if session is not None:
+                session.end()
             return 0
         time.sleep(args.interval)

@@ -6,6 +6,7 @@ Imports at the top stay light; handlers import torch and the pipeline when they 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def pipeline_args(
@@ -23,6 +24,7 @@ def pipeline_args(
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the training subcommands to the `failfast` parser."""
     _register_train(sub)
+    _register_crossfit(sub)
     _register_evaluate(sub)
     _register_export(sub)
     _register_demo(sub)
@@ -113,6 +115,40 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handler)
 
 
+def _register_crossfit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "crossfit",
+        help="cross-fitted evaluation: every run scored by a head that never saw its task",
+        description=(
+            "Encode every labelled run once (cached), then for each (train, test) pair of a view "
+            "fit the probe and baselines on the training runs, calibrate thresholds on their "
+            "out-of-fold scores, and stop the test runs. Writes OUT/<view>/report.md and .json "
+            "(per agent and per source, with bootstrap intervals), records and stops."
+        ),
+    )
+    pipeline_args(p, data_help="transcript paths or an ingest dir")
+    p.add_argument(
+        "--views",
+        nargs="+",
+        default=["instance"],
+        choices=["instance", "repo", "time", "benchmark"],
+        help="instance folds (in distribution) and shift views (repository, time, benchmark)",
+    )
+    p.add_argument("--folds", type=int, default=5, help="folds of the instance and repo views")
+
+    def handler(args: argparse.Namespace) -> int:
+        from training.config import load_pipeline_config
+        from training.pipeline.crossfit import main
+
+        cfg = load_pipeline_config(args.config, args.override)
+        main(cfg, args.data, args.out, views=args.views, folds=args.folds)
+        for view in args.views:
+            print((Path(args.out) / view / "report.md").read_text())
+        return 0
+
+    p.set_defaults(func=handler)
+
+
 def _register_evaluate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate",
@@ -126,6 +162,13 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-dir", help="training output folder (records/, thresholds.json)")
     p.add_argument("--records", nargs="+", help="saved RunRecord parquet file(s) to evaluate")
     p.add_argument("--data", nargs="+", help="transcripts: for the rule baselines, or to score")
+    p.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a label file for --data that labels every run it names, wherever it lies",
+    )
     p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
     p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target")
     p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
@@ -143,6 +186,7 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
             train_dir=args.train_dir,
             records=args.records,
             data=args.data,
+            labels=args.labels,
             score_data=args.score_data,
         )
         result = inputs.evaluate(cfg)

@@ -76,10 +76,13 @@ def stratified_subsample(
     return [runs[i] for i in sorted(keep)]
 
 
-def load_runs(paths: Sequence[str | Path]) -> list[Trajectory]:
+def load_runs(
+    paths: Sequence[str | Path], *, labels: Sequence[str | Path] = ()
+) -> list[Trajectory]:
     """Runs from `--data` paths: an ingest output folder (monitor.corpus) or raw transcripts and
-    label files (monitor.reading.read_runs). Unreadable files are reported by the readers, not
-    raised, so one bad file never stops training."""
+    label files (monitor.reading.read_runs; `labels` are `--labels` files, joined wherever their
+    runs lie). Unreadable files are reported by the readers, not raised, so one bad file never
+    stops training."""
     from monitor import corpus, reading
 
     runs: list[Trajectory] = []
@@ -90,5 +93,5 @@ def load_runs(paths: Sequence[str | Path]) -> list[Trajectory]:
         else:
             raw.append(p)
     if raw:
-        runs.extend(reading.read_runs(raw))
+        runs.extend(reading.read_runs(raw, labels=labels))
     return runs

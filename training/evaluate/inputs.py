@@ -164,6 +164,7 @@ def find_inputs(
     train_dir: str | None = None,
     records: Sequence[str] | None = None,
     data: Sequence[str] | None = None,
+    labels: Sequence[str] = (),
     score_data: bool = False,
 ) -> EvalInputs:
     """The inputs of `failfast evaluate` from its options (order in the module docstring)."""
@@ -172,7 +173,11 @@ def find_inputs(
     b = Path(bundle) if bundle else None
     tdir = _find_train_dir(b, Path(train_dir) if train_dir else None)
     thresholds = _find_thresholds(b, tdir)
-    runs = [t for t in load_runs(data) if t.resolved is not None] if data else None
+    runs = [t for t in load_runs(data, labels=labels) if t.resolved is not None] if data else None
+    if data and not runs:
+        raise SystemExit(
+            "evaluate: no run under --data has a verdict; name its label file with --labels FILE"
+        )
     if records:
         recs = [r for f in records for r in load_records(f)]
     elif score_data:

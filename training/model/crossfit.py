@@ -17,28 +17,16 @@ little noisier; the test split measures whether the realized FPR still holds.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Sequence
 
 import numpy as np
 
 from monitor.types import Trajectory
+from training.data.folds import instance_folds
 from training.model.classifier import PrefixClassifier
 from training.model.probe import ProbeRows, fit_probe, head_scores
 
 log = logging.getLogger(__name__)
-
-
-def instance_folds(runs: Sequence[Trajectory], k: int, *, seed: int = 0) -> np.ndarray:
-    """Fold (0..k-1) of each run; runs of one instance share a fold (seeded, balanced)."""
-    if k < 2:
-        raise ValueError(f"cross-fitting needs at least 2 folds (got {k})")
-    ids = sorted({r.instance_id for r in runs})
-    if len(ids) < k:
-        raise ValueError(f"cross-fitting: {len(ids)} training instances for {k} folds")
-    random.Random(seed).shuffle(ids)
-    fold_of = {iid: i % k for i, iid in enumerate(ids)}
-    return np.array([fold_of[r.instance_id] for r in runs], dtype=np.int64)
 
 
 def out_of_fold_scores(

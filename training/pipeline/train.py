@@ -80,7 +80,7 @@ def run_pipeline(
             )
             save_splits(out / "splits.json", sr.splits)
         if oof:  # too few training instances for the folds: fail now, not after training
-            from training.model.crossfit import instance_folds
+            from training.data.folds import instance_folds
 
             instance_folds(sr.use["train"], cfg.thresholds.crossfit_folds)
     log.info("runs: %s", {n: len(r) for n, r in sr.use.items()})

@@ -1,0 +1,93 @@
+"""Cross-fitted evaluation: every run scored once, by heads and thresholds that never saw it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.training.conftest import make_runs
+from tests.training.test_pipeline import tiny_config
+from training.data.folds import repo_folds, time_halves, view_pairs
+from training.data.records import load_records
+from training.evaluate.intervals import Outcome, _auroc, resample_weights, rule_with_ci
+
+
+def test_views_keep_instances_together_and_cover_every_run():
+    runs = make_runs(20, seed=3)
+    for run in runs:  # two repositories, numbered issues
+        run.instance_id = ("a__a-" if int(run.instance_id.split("-")[1]) % 2 else "b__b-") + (
+            run.instance_id.split("-")[1]
+        )
+    for view in ("instance", "repo", "time"):
+        pairs = view_pairs(view, runs, k=2)
+        tested = np.concatenate([te for _, te in pairs])
+        if view != "time":
+            assert sorted(tested.tolist()) == list(range(len(runs)))
+        for tr, te in pairs:
+            assert not {runs[i].instance_id for i in tr} & {runs[i].instance_id for i in te}
+    folds = repo_folds(runs, 2)
+    assert len({(runs[i].instance_id[0], folds[i]) for i in range(len(runs))}) == 2
+    half = time_halves(runs)
+    late = {runs[i].instance_id for i in np.flatnonzero(half == 1)}
+    early = {runs[i].instance_id for i in np.flatnonzero(half == 0)}
+    for repo in ("a__a-", "b__b-"):
+        e = [int(i[len(repo) :]) for i in early if i.startswith(repo)]
+        l_ = [int(i[len(repo) :]) for i in late if i.startswith(repo)]
+        assert max(e) < min(l_)
+
+
+def test_outcome_rates_and_bootstrap():
+    from training.data.records import RunRecord
+
+    recs = [
+        RunRecord(f"r{i}", f"i{i}", "a", "s", i < 4, np.full(10, 5, dtype=np.int64))
+        for i in range(10)
+    ]
+    stops = {"r0": 3, "r5": 2, "r6": 8}
+    o = Outcome.of(recs, stops)
+    fpr, recall, saved = o.rates()
+    assert fpr == pytest.approx(1 / 4)
+    assert recall == pytest.approx(2 / 6)
+    assert saved == pytest.approx((35 + 40 + 10) / 500)
+    w = resample_weights(np.array([r.resolved for r in recs]), 200, seed=1)
+    assert (w[:, :4].sum(1) == 4).all()
+    assert (w[:, 4:].sum(1) == 6).all()
+    row = rule_with_ci(o, w)
+    assert row["fpr_ci"][0] <= fpr <= row["fpr_ci"][1]
+    assert row["saved_ci"][0] <= saved <= row["saved_ci"][1]
+
+
+def test_weighted_auroc_matches_sklearn():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    s = np.round(rng.random(200) + 0.4 * y, 1)  # ties
+    w = rng.integers(0, 3, 200).astype(float)
+    assert _auroc(y, s, np.ones(200)) == pytest.approx(roc_auc_score(y, s))
+    assert _auroc(y, s, w) == pytest.approx(roc_auc_score(y, s, sample_weight=w))
+
+
+@pytest.mark.slow
+def test_crossfit_end_to_end(tiny_model_dir, tmp_path):
+    from training.pipeline.crossfit import run_crossfit
+
+    runs = make_runs(30, seed=2)
+    cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False})
+    report = run_crossfit(cfg, runs, tmp_path / "xf", views=["instance"], folds=3)["instance"]
+    recs = load_records(tmp_path / "xf" / "instance" / "records.parquet")
+    assert sorted(r.run_id for r in recs) == sorted(r.id for r in runs)  # each run scored once
+    assert set(recs[0].scores) == {"monitor", "signals_lr", "tfidf_lr", "step_limit"}
+    agents = report["groups"]["agent"]
+    assert set(agents) == {"alpha", "beta"}
+    row = agents["alpha"]["targets"]["0.05"]
+    assert set(row["methods"]) == {"configured", "conformal", "clopper-pearson"}
+    assert set(row["equal_fpr"]) == {"signals_lr", "tfidf_lr", "step_limit"}
+    for b in row["equal_fpr"].values():  # at equal FPR: never more resolved runs stopped
+        assert b["stopped_resolved"] <= row["methods"]["configured"]["stopped_resolved"]
+    md = (tmp_path / "xf" / "instance" / "report.md").read_text()
+    assert "Mean per-agent monitor AUROC" in md
+    stops = json.loads((tmp_path / "xf" / "instance" / "stops.json").read_text())
+    assert set(stops["methods"]["configured"]["0.05"]) == {r.id for r in runs}

@@ -1,0 +1,258 @@
+"""`failfast calibrate`: new thresholds for a trained bundle from your own labelled runs.
+
+    failfast calibrate --bundle B --data RUNS... --out B2 [--target-fpr 0.05 ...] [--agent NAME]
+    failfast calibrate --bundle B --data decisions.jsonl [--verdicts verdicts.jsonl] --out B2
+
+Imports at the top stay light; the handler loads onnxruntime and scikit-learn when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any, get_args
+
+from training.cli.serving import _pin_arg, _problem
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `calibrate` to the `failfast` parser."""
+    from training.config import ThresholdConfig
+
+    fields = ThresholdConfig.model_fields
+    p = sub.add_parser(
+        "calibrate",
+        help="new thresholds for a trained bundle from labelled runs or a decision log (no "
+        "retraining)",
+        description=(
+            "Score labelled runs with the bundle's ONNX graphs (or take the scores a service "
+            "logged, --data DECISIONS.jsonl with verdicts), pick per-group stop thresholds under "
+            "the bundle's check schedule, and write a copy of the bundle with them and a "
+            "`calibration` record. Groups present in the data get new thresholds; the others "
+            "keep theirs (--replace drops them). docs/USAGE.md, 'Calibrate on your own runs'."
+        ),
+    )
+    p.add_argument("--bundle", required=True, help="the trained bundle")
+    p.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        help="labelled runs (an ingest folder, or transcripts + label files) and/or decision "
+        "logs (failfast serve/watch --decision-log)",
+    )
+    p.add_argument("--out", required=True, help="folder for the recalibrated bundle")
+    p.add_argument(
+        "--labels", action="append", default=[], help="label file for raw runs (repeatable)"
+    )
+    p.add_argument(
+        "--verdicts",
+        action="append",
+        default=[],
+        help="verdicts of the runs in the decision logs: JSON lines {run_id|session_id, "
+        "resolved} (repeatable; the service's own verdicts are in its decision log)",
+    )
+    p.add_argument(
+        "--shadow-only",
+        action="store_true",
+        help="decision logs: only shadow runs (a harness that obeys the other runs' stops; "
+        "docs/USAGE.md, shadow sampling)",
+    )
+    p.add_argument(
+        "--agent",
+        default=None,
+        help="threshold group of every run given (e.g. your agent's name, when its transcripts "
+        "read as another agent's format)",
+    )
+    p.add_argument(
+        "--target-fpr",
+        type=float,
+        nargs="+",
+        default=None,
+        help="run-level FPR targets to fit (default: the bundle's)",
+    )
+    p.add_argument(
+        "--serve-target",
+        type=float,
+        default=None,
+        help="the target served by default (default: the bundle's; added to the targets)",
+    )
+    p.add_argument("--mode", choices=get_args(fields["mode"].annotation), default=None)
+    p.add_argument(
+        "--method",
+        choices=get_args(fields["method"].annotation),
+        default=None,
+        help="the FPR bound (default: the bundle's)",
+    )
+    p.add_argument("--confidence", type=float, default=None, help="confidence of the bound")
+    p.add_argument(
+        "--group-by",
+        choices=get_args(fields["group_by"].annotation),
+        default=None,
+        help="threshold groups (default: the bundle's)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="drop the bundle's thresholds of groups absent from the data (and its pooled ones)",
+    )
+    p.add_argument(
+        "-o", "--override", action="append", default=[], help="ThresholdConfig key=value"
+    )
+    p.add_argument("--records-out", default=None, help="also save the scored records (parquet)")
+    p.add_argument("--int8", action="store_true", help="score with the int8 graphs")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads per call")
+    _pin_arg(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_calibrate)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from monitor.errors import BundleError, ConfigError
+    from serving.scorer import Scorer
+
+    try:
+        scorer = Scorer.load(
+            args.bundle, threads=args.threads, int8=args.int8, sha256=args.bundle_sha256
+        )
+        cfg = _threshold_config(args, scorer.bundle)
+        records, data = _records(args, scorer)
+    except (BundleError, ConfigError, ValueError, OSError) as e:
+        return _problem(e)
+    return _write(args, scorer, cfg, records, data)
+
+
+def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
+    """The bundle's threshold options, then the flags, then -o overrides."""
+    from monitor.config import load_config
+    from training.config import ThresholdConfig
+
+    base: dict[str, Any] = {}
+    old = bundle.thresholds
+    if old is not None:
+        base = {"mode": old.mode, "confidence": old.confidence, "group_by": old.group_by}
+        base["targets"] = list(old.targets)
+        if old.method in get_args(ThresholdConfig.model_fields["method"].annotation):
+            base["method"] = old.method
+    flags = {
+        "mode": args.mode,
+        "method": args.method,
+        "confidence": args.confidence,
+        "group_by": args.group_by,
+        "targets": args.target_fpr,
+    }
+    base |= {k: v for k, v in flags.items() if v is not None}
+    served = args.serve_target if args.serve_target is not None else bundle.target
+    base["targets"] = sorted(set(base.get("targets") or [served]) | {served})
+    cfg = load_config(ThresholdConfig, None, args.override)
+    return ThresholdConfig.model_validate(base | cfg.model_dump(exclude_unset=True))
+
+
+def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The calibration records of --data (runs scored now, decision logs as logged)."""
+    from training.calibrate.recalibrate import score_runs
+    from training.data.decisions import is_decision_log, runs_from_logs
+    from training.data.runs import labelled_runs, load_runs
+
+    logs = [p for p in args.data if is_decision_log(p)]
+    raw = [p for p in args.data if p not in logs]
+    if args.verdicts and not logs:
+        raise ValueError("--verdicts goes with decision logs in --data (none found)")
+    kinds = (["runs"] if raw else []) + (["decision-log"] if logs else [])
+    data: dict[str, Any] = {"kind": "+".join(kinds), "paths": list(args.data)}
+    data |= {"labels": list(args.labels), "verdicts": list(args.verdicts)}
+    if args.agent:
+        data["agent"] = args.agent
+    records = []
+    if raw:
+        runs = load_runs(raw, labels=args.labels)
+        lab = labelled_runs(runs)
+        for r in lab.runs:
+            r.agent = args.agent or r.agent
+        print(
+            f"read {len(runs)} runs: {len(lab.runs)} labelled, "
+            f"{sum(lab.unknown.values())} without a verdict, {sum(lab.empty.values())} without "
+            "steps (left out)"
+        )
+        data |= {"runs_read": len(runs), "runs_labelled": len(lab.runs)}
+        data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
+        records += score_runs(scorer, lab.runs, progress=not args.no_progress)
+    if logs:
+        got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
+        _check_graphs(got.starts, scorer)
+        for rec in got.records:
+            rec.agent = rec.source = args.agent or rec.agent
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(got.skipped.items())) or "none"
+        print(f"decision logs: {len(got.records)} runs with a verdict; left out: {skipped}")
+        data |= {"log_runs": len(got.records), "log_left_out": dict(got.skipped)}
+        records += got.records
+    if args.records_out:
+        from training.data.records import save_records
+
+        save_records(args.records_out, records)
+    return records, data
+
+
+def _check_graphs(starts: list[dict[str, Any]], scorer: Any) -> None:
+    """A log scored by other graphs than the bundle's cannot calibrate it."""
+    ours = {
+        k: v for k, v in (scorer.bundle.manifest.get("files") or {}).items() if k.endswith(".onnx")
+    }
+    for s in starts:
+        theirs = s.get("graphs") or {}
+        if theirs and any(ours.get(k) != v for k, v in theirs.items()):
+            raise ValueError(
+                f"the decision log was scored by bundle {s.get('bundle')!r} whose graphs differ "
+                f"from {scorer.bundle.path}'s: its scores cannot calibrate this bundle"
+            )
+
+
+def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], data: dict) -> int:
+    from monitor.errors import BundleError
+    from monitor.policy import PolicyConfig
+    from monitor.thresholds import target_key
+    from training.calibrate.recalibrate import calibration_record, recalibrate, refusals
+    from training.export.calibrated import write_calibrated_bundle
+
+    bundle = scorer.bundle
+    old = bundle.thresholds
+    schedule = old.schedule if old else PolicyConfig.model_validate(bundle.policy).schedule()
+    served = args.serve_target if args.serve_target is not None else bundle.target
+    try:
+        result = recalibrate(old, records, cfg, schedule=schedule, replace=args.replace)
+    except ValueError as e:
+        return _problem(e)
+    table = result.table
+    print(f"thresholds ({cfg.mode}, {cfg.method}; schedule {schedule.model_dump()}):")
+    for g, c in result.groups.items():
+        entry = table.per_agent[g]
+        cells = []
+        for t in cfg.targets:
+            st = entry.stop[target_key(t)]
+            cells.append(
+                f"{t:g}: {st.threshold:.4f}" if st.threshold is not None else f"{t:g}: refused"
+            )
+        print(f"  {g}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
+    for g, why in result.kept.items():
+        print(f"  {g}: {why}")
+    print(f"  pooled: {result.pooled}")
+    refused = refusals(table, list(result.groups), served)
+    for g, why in refused.items():
+        print(f"refused at the served target {served:g} for {g}: {why}")
+    if result.groups and all(g in refused for g in result.groups):
+        if "pooled" in refused or result.pooled != "recalibrated":
+            why = (
+                f"no group of the data can certify the served target {served:g} (see above); "
+                "nothing written. Give more resolved runs, a larger --serve-target, or another "
+                "--method"
+            )
+            return _problem(ValueError(why))
+    command = "failfast " + " ".join(shlex.quote(a) for a in args.argv)
+    record = calibration_record(
+        result, cfg, data=data, served_target=served, bundle=bundle, command=command
+    )
+    try:
+        out = write_calibrated_bundle(bundle, args.out, table, record, target=served)
+    except BundleError as e:
+        return _problem(e)
+    print(f"recalibrated bundle: {out} (served target {served:g}; calibrated {record['at']})")
+    return 0

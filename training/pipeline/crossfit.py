@@ -1,0 +1,209 @@
+"""`failfast crossfit`: every labelled run scored once by a head that never saw its task.
+
+The frozen backbone's features are encoded once for all runs (the feature cache); then, for each
+(train, test) pair of a view (training.data.folds), the probe and the learned baselines are
+fitted on the training runs, the stop thresholds are calibrated on the training runs' own
+out-of-fold scores (inner instance folds: thresholds never see the test runs either), and the
+test runs are scored and stopped. The records of all pairs are pooled and reported per agent
+and per source with bootstrap intervals (training.evaluate.crossfit_report).
+
+Every threshold method of `methods` is calibrated on the same inner scores, so the shift views
+compare methods on the same stops' inputs (issue: a target that holds when the tasks change).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.types import Trajectory
+from training.baselines.rules import loopbrake_stops
+from training.config import PipelineConfig, ThresholdConfig
+from training.data.examples import probe_examples
+from training.data.folds import view_pairs
+from training.data.records import RunRecord, save_records
+from training.data.runs import labelled_runs, load_runs
+from training.evaluate.auroc import auroc_report
+from training.evaluate.stops import Stops, score_stops
+from training.pipeline import stages
+from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
+
+log = logging.getLogger(__name__)
+STEP_LIMIT = "step_limit"
+"""The step count as a score: a step limit at equal FPR is the LoopBrake rule tuned on test."""
+
+
+@dataclass
+class CrossfitResult:
+    """The pooled test records of a view and every rule's stops on them.
+
+    Attributes:
+        view: the view's name.
+        records: test records of every pair (scores: monitor, baselines, step_limit).
+        stops: method -> target key -> run_id -> stop step (None: not stopped).
+        loopbrake: target key -> stops of LoopBrake calibrated on each pair's training runs.
+        thresholds: method -> per pair, the thresholds.json dict it was stopped with.
+        seconds: wall time of each pair.
+        probes: the (C, hidden scale) kept for each pair.
+    """
+
+    view: str
+    records: list[RunRecord] = field(default_factory=list)
+    stops: dict[str, dict[str, Stops]] = field(default_factory=dict)
+    loopbrake: dict[str, Stops] = field(default_factory=dict)
+    thresholds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seconds: list[float] = field(default_factory=list)
+    probes: list[dict[str, float]] = field(default_factory=list)
+
+
+def _criterion(records: Sequence[RunRecord]) -> float:
+    """`failfast train`'s probe criterion on records: the mean over agents of the AUROC at 25 /
+    50 / 75 % of each run and overall."""
+    mean = auroc_report(records, scorers=["monitor"])["mean_per_agent"]["monitor"]
+    vals = [v for v in mean.values() if v is not None]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def _fit_on_training(
+    cfg: PipelineConfig, encoder: Encoder, train: Encoded, grid: Sequence[tuple[float, float]]
+) -> tuple[stages.HeadFit, list[RunRecord]]:
+    """The probe for each (C, scale) of `grid`, scored on the training runs out of fold; keeps
+    the pair whose out-of-fold scores are best by the train criterion (what validation does in
+    `failfast train`, here without touching the test runs). Returns the kept head (refitted on
+    every training run) and its out-of-fold records, the calibration records."""
+    best: tuple[float, tuple[float, float], list[RunRecord]] | None = None
+    for pair in grid:
+        head = stages.fit_head(cfg, encoder.model, train, grid=[pair])
+        oof = stages.train_oof_records(cfg, encoder.model, train, head)
+        crit = _criterion(oof) if len(grid) > 1 else 0.0
+        if best is None or crit > best[0]:
+            best = (crit, pair, oof)
+    assert best is not None
+    return stages.fit_head(cfg, encoder.model, train, grid=[best[1]]), best[2]
+
+
+def _pair_records(
+    cfg: PipelineConfig, encoder: Encoder, train: Encoded, test: Encoded
+) -> tuple[list[RunRecord], list[RunRecord], tuple[float, float]]:
+    """Fit the probe (grid selected out of fold) and the baselines on `train`; return the test
+    records (monitor, baselines, step count), the training runs' out-of-fold monitor records and
+    the (C, scale) kept."""
+    tc = cfg.train
+    grid = [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C]
+    head, calibration = _fit_on_training(cfg, encoder, train, grid)
+    baselines = stages.fit_baselines(cfg, encoder, train, head)
+    test_recs = stages.score_records(encoder, test, baselines)
+    for r in test_recs:
+        r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
+    return test_recs, calibration, (head.probe.C, head.probe.hidden_scale)
+
+
+def crossfit_view(
+    cfg: PipelineConfig,
+    encoder: Encoder,
+    data: Encoded,
+    view: str,
+    *,
+    methods: Mapping[str, ThresholdConfig],
+    folds: int = 5,
+) -> CrossfitResult:
+    """Cross-fit the configured probe over one view (see the module docstring)."""
+    schedule = cfg.policy.schedule()
+    result = CrossfitResult(view)
+    targets = [f"{t:g}" for t in cfg.thresholds.targets]
+    for name in methods:
+        result.stops[name] = {t: {} for t in targets}
+        result.thresholds[name] = []
+    for t in targets:
+        result.loopbrake[t] = {}
+    for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=folds, seed=cfg.data.split_seed)):
+        t0 = time.perf_counter()
+        test_recs, calibration, pair = _pair_records(
+            cfg, encoder, data.subset(list(tr)), data.subset(list(te))
+        )
+        result.probes.append({"C": pair[0], "hidden_scale": pair[1]})
+        for name, tcfg in methods.items():
+            table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
+            result.thresholds[name].append(table.to_json())
+            for t in targets:
+                stops, _ = score_stops(test_recs, table, target=float(t), group_by=tcfg.group_by)
+                result.stops[name][t].update(stops)
+        for t in targets:
+            lb, _ = loopbrake_stops(calibration, test_recs, alpha=float(t), schedule=schedule)
+            result.loopbrake[t].update(lb)
+        result.records += test_recs
+        result.seconds.append(time.perf_counter() - t0)
+        log.info("%s pair %d: %d train / %d test runs, %.0f s", view, i, len(tr), len(te),
+                 result.seconds[-1])  # fmt: skip
+    return result
+
+
+def default_methods(cfg: PipelineConfig) -> dict[str, ThresholdConfig]:
+    """The configured threshold method, and the others worth comparing on the same scores."""
+    base = cfg.thresholds
+    return {
+        "configured": base,
+        "conformal": base.model_copy(update={"mode": "bound", "method": "conformal"}),
+        "clopper-pearson": base.model_copy(update={"mode": "bound", "method": "clopper-pearson"}),
+    }
+
+
+def main(
+    cfg: PipelineConfig,
+    data: Sequence[str | Path],
+    out: str | Path,
+    *,
+    views: Sequence[str] = ("instance",),
+    folds: int = 5,
+) -> dict[str, Any]:
+    """Read the runs under `data`, then `run_crossfit`."""
+    return run_crossfit(cfg, load_runs(data), out, views=views, folds=folds)
+
+
+def run_crossfit(
+    cfg: PipelineConfig,
+    runs: Sequence[Trajectory],
+    out: str | Path,
+    *,
+    views: Sequence[str] = ("instance",),
+    folds: int = 5,
+) -> dict[str, Any]:
+    """Encode every labelled run, cross-fit each view, write OUT/<view>/ and its report."""
+    from training.evaluate.crossfit_report import crossfit_report, report_markdown
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = labelled_runs(runs).runs
+    encoder = load_encoder(cfg)
+    encoded = encode(encoder, runs)
+    probe_examples(cfg, runs)  # a config whose schedule leaves no example fails here, not later
+    methods = default_methods(cfg)
+    summary: dict[str, Any] = {}
+    for view in views:
+        res = crossfit_view(cfg, encoder, encoded, view, methods=methods, folds=folds)
+        folder = out / view
+        folder.mkdir(exist_ok=True)
+        save_records(folder / "records.parquet", res.records)
+        stops = {"methods": res.stops, "loopbrake": res.loopbrake}
+        (folder / "stops.json").write_text(json.dumps(stops))
+        (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
+        (folder / "probes.json").write_text(json.dumps(res.probes))
+        report = crossfit_report(
+            res.records,
+            res.stops,
+            res.loopbrake,
+            view=view,
+            schedule=cfg.policy.schedule(),
+            n_boot=cfg.evaluate.n_boot,
+        )
+        (folder / "report.json").write_text(json.dumps(report, indent=1))
+        (folder / "report.md").write_text(report_markdown(report))
+        summary[view] = report
+    return summary
