@@ -91,6 +91,12 @@ def offline_tokens_per_s(bundle: Path, runs: list, threads: int) -> float:
     return sum(len(w.ids) for w in windows) / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def metric(url: str, name: str) -> float:
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
         if line.startswith(name + " "):
@@ -167,10 +173,12 @@ def main() -> None:
 
         tokens0 = metric(url, "failfast_session_tokens_encoded")
         load0 = os.getloadavg()[0]
+        cpu0 = cpu_seconds(server.pid)
         t0 = time.perf_counter()
         with cf.ThreadPoolExecutor(args.sessions) as pool:
             list(pool.map(session, range(args.sessions)))
         wall = time.perf_counter() - t0
+        cpu = cpu_seconds(server.pid) - cpu0
         tokens = metric(url, "failfast_session_tokens_encoded") - tokens0
         rows_per_call = metric(url, "failfast_batched_rows") / metric(url, "failfast_batched_calls")
         lat = sorted(latencies)
@@ -186,7 +194,8 @@ def main() -> None:
         print(
             f"offline feature pass (torch, same runs' windows): {offline:.0f} tokens/s; "
             f"service/offline = {tokens / wall / offline:.0%}; "
-            f"{rows_per_call:.1f} steps per model call; "
+            f"{rows_per_call:.1f} steps per model call; server CPU {cpu / wall:.2f} cores, "
+            f"{tokens / cpu:.0f} tokens per CPU-second; "
             f"load average before/after: {load0:.2f}/{os.getloadavg()[0]:.2f}"
         )
         for e in errors[:5]:

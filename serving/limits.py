@@ -62,10 +62,11 @@ class ServiceConfig(StrictModel):
         "(bench/bench_load.py), lower it to bound memory.",
     )
     max_batch: int = Field(
-        default=16,
+        default=1,
         ge=1,
         description="Most sessions' pending steps run as one batched model call (serving/"
-        "batching.py); 1: every step runs alone.",
+        "batching.py); 1: off, every step is its own call (on 2 CPU cores a ~80-token step "
+        "already runs the matmuls at full speed and padding only adds work: docs/SPEED.md).",
     )
     batch_window_ms: float = Field(
         default=5.0,

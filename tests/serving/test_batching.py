@@ -79,7 +79,7 @@ def test_concurrent_sessions_batched_equal_unbatched(scorer):
 
 
 def test_groups_bound_padding():
-    """Calls are split where padding would cost over 50% more work than separate calls: new
+    """Calls are split where padding would cost over `slack` times the work of separate calls: new
     tokens weigh a whole token's projections, a longer past only its attention."""
     from serving.batching import KVRequest, groups, padded_cost, real_cost
 
@@ -88,7 +88,7 @@ def test_groups_bound_padding():
 
     steps = [req(1000, 50), req(10, 60), req(990, 60), req(20, 40), req(600, 55)]
     chunks = [req(0, 256), req(256, 256), req(900, 256)]
-    out = groups(steps + chunks)
+    out = groups(steps + chunks, slack=1.5)
     assert [sorted((len(r.ids), r.past) for r in g) for g in out] == [
         [(40, 20), (50, 1000), (55, 600), (60, 10), (60, 990)],  # pasts 10..1000 share a call
         [(256, 0), (256, 256), (256, 900)],  # never padded from 60 to 256 new tokens
