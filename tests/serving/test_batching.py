@@ -122,3 +122,52 @@ def test_batcher_hands_every_caller_the_error():
     assert errors == ["graph failed"] * 3
     with pytest.raises(RuntimeError, match="closed"):
         batcher.submit(KVRequest([1], [np.zeros((1, 1, 0, 8), np.float32)], np.zeros(0)))
+
+
+def test_service_batches_concurrent_sessions(tiny_model_dir, tmp_path_factory):
+    """--max-batch 4: steps posted from four threads share model calls (see /metrics) and every
+    decision carries the score the session gets alone."""
+    pytest.importorskip("httpx")
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.limits import ServiceConfig
+    from serving.scorer import Scorer
+
+    bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
+    want = Scorer.load(bundle, threads=1)
+    runs = [make_run(6 + 3 * i, seed=10 + i) for i in range(4)]
+    alone = []
+    for r in runs:
+        session = want.start(r.task, r.agent)
+        alone.append([session.observe(s) for s in r.steps])
+    scorer = Scorer.load(bundle, threads=1)
+    app = create_app(scorer, ServiceConfig(max_batch=4, batch_window_ms=30))
+    got: list[list[float]] = [[] for _ in runs]
+    with TestClient(app) as c:
+
+        def follow(i: int) -> None:
+            body = {"task": runs[i].task, "agent": runs[i].agent}
+            sid = c.post("/v1/sessions", json=body).json()["session_id"]
+            for s in runs[i].steps:
+                d = s.to_dict()
+                d.pop("index")
+                got[i].append(c.post(f"/v1/sessions/{sid}/steps", json=d).json()["score"])
+
+        threads = [threading.Thread(target=follow, args=(i,)) for i in range(len(runs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        text = c.get("/metrics").text
+    rows = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("failfast_batched_")
+    }
+    # one row per step, more for a re-rendered window (fed in chunks of 256 tokens)
+    assert rows["failfast_batched_rows"] >= sum(len(r.steps) for r in runs)
+    assert rows["failfast_batched_calls"] < rows["failfast_batched_rows"]
+    scorer.close()
+    for a, b in zip(alone, got, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5)
