@@ -137,10 +137,10 @@ def test_service_batches_concurrent_sessions(tiny_model_dir, tmp_path_factory):
     bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
     want = Scorer.load(bundle, threads=1)
     runs = [make_run(6 + 3 * i, seed=10 + i) for i in range(4)]
-    alone = []
+    alone = []  # the decisions' scores of the same runs, one session at a time
     for r in runs:
-        session = want.start(r.task, r.agent)
-        alone.append([session.observe(s) for s in r.steps])
+        session = want.session(r.task, r.agent)
+        alone.append([session.observe(s).score for s in r.steps])
     scorer = Scorer.load(bundle, threads=1)
     app = create_app(scorer, ServiceConfig(max_batch=4, batch_window_ms=30))
     got: list[list[float]] = [[] for _ in runs]
