@@ -1,0 +1,91 @@
+"""A live run scored step by step on model_kv.onnx (`Scorer.start`): only each new step's tokens
+are encoded, on top of the session's cached keys/values (serving.scorer has the details).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from monitor.signals import SignalTracker
+from monitor.types import Step
+
+
+def logistic(x: float) -> float:
+    """Numerically stable 1 / (1 + exp(-x))."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+class KVScoreSession:
+    """One live run scored incrementally on model_kv.onnx. Thread-safe (a lock per session).
+
+    Attributes:
+        threshold: stop threshold for the session's agent (inf: no stop by score).
+        warn_threshold: warn threshold for the session's agent.
+        threshold_source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+        k: steps observed.
+        tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
+    """
+
+    def __init__(self, scorer: Any, task: str, agent: str | None = None) -> None:
+        # scorer: the serving.scorer.Scorer that opened the session (not imported: it imports this)
+        self._scorer = scorer
+        self._render = scorer.featuriser.session(task, agent or "")
+        self._tracker = SignalTracker()
+        self._lock = threading.Lock()
+        self._window: list[int] = []  # ids of the current window (to rebuild the cache)
+        self._past: list[np.ndarray] | None = None  # None: no valid cache, encode the window
+        th = scorer.thresholds(agent)
+        self.threshold = th.stop
+        self.warn_threshold = th.warn
+        self.threshold_source = th.source
+        self.k = 0
+        self.tokens_encoded = 0
+        self.restarts = 0
+
+    def observe(self, step: Step) -> float:
+        """Add one step; return P(unresolved | steps so far).
+
+        Raises whatever onnxruntime raises (the monitor Session turns it into a
+        `monitor_error` decision); the next call then rebuilds the cache from the window.
+        """
+        with self._lock:
+            ids, restarted = self._render.add(step)
+            self._tracker.update(step)
+            self.k += 1
+            if restarted:
+                self._window = list(ids)
+                self._past = None
+                self.restarts += 1
+            else:
+                self._window.extend(ids)
+            sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
+            if self._past is None:
+                new, past = self._window, self._scorer._start_state
+            else:
+                new, past = list(ids), self._past
+            return self._run(new, past, sig)
+
+    def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
+        s = self._scorer
+        self._past = None  # until this call succeeds
+        step = s.encode_chunk if s.encode_chunk > 0 else max(1, len(new))
+        logit = 0.0
+        # Long inputs (the whole window after a re-render) go through the graph in chunks: one
+        # 2,048-token call holds ~0.8 GB of attention activations, so concurrent re-renders under
+        # load set the server's peak memory (see Scorer.encode_chunk); chunks also keep the
+        # padding of a batched call small.
+        for start in range(0, max(1, len(new)), step):  # an empty step still gets its call
+            logit, past = s.run_kv(new[start : start + step], past, sig)
+        self._past = past
+        self.tokens_encoded += len(new)
+        score = logistic(logit)
+        if not math.isfinite(score):
+            raise FloatingPointError(f"non-finite score at step {self.k}")
+        return score
