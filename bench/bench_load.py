@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--max-batch", type=int, default=None, help="serve flag (default: its own)")
     ap.add_argument("--batch-window-ms", type=float, default=None, help="serve flag")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="serve flag")
     ap.add_argument("--no-offline", action="store_true", help="skip the offline pass timing")
     args = ap.parse_args()
 
@@ -141,6 +142,8 @@ def main() -> None:
         cmd += ["--max-batch", str(args.max_batch)]
     if args.batch_window_ms is not None:
         cmd += ["--batch-window-ms", str(args.batch_window_ms)]
+    if args.max_concurrent is not None:
+        cmd += ["--max-concurrent", str(args.max_concurrent)]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -185,7 +188,8 @@ def main() -> None:
         p95 = lat[int(0.95 * (len(lat) - 1))]
         print(
             f"{args.sessions} sessions x {args.steps} steps ({'int8' if args.int8 else 'fp32'}, "
-            f"{args.threads} ORT threads, max_batch={args.max_batch or 'default'}): "
+            f"{args.threads} ORT threads, max_batch={args.max_batch or 'default'}, "
+            f"max_concurrent={args.max_concurrent or 'default'}): "
             f"requests={len(lat)} errors={len(errors)} "
             f"p50={statistics.median(lat):.0f} ms p95={p95:.0f} ms wall={wall:.0f} s "
             f"throughput={len(lat) / wall:.1f} steps/s {tokens / wall:.0f} tokens/s "
