@@ -148,10 +148,15 @@ def crossfit_view(
 def default_methods(cfg: PipelineConfig) -> dict[str, ThresholdConfig]:
     """The configured threshold method, and the others worth comparing on the same scores."""
     base = cfg.thresholds
+    conformal = {"mode": "bound", "method": "conformal"}
     return {
         "configured": base,
-        "conformal": base.model_copy(update={"mode": "bound", "method": "conformal"}),
-        "clopper-pearson": base.model_copy(update={"mode": "bound", "method": "clopper-pearson"}),
+        "conformal": base.model_copy(update={**conformal, "margin": 1.0}),
+        "conformal-margin1.5": base.model_copy(update={**conformal, "margin": 1.5}),
+        "conformal-margin2": base.model_copy(update={**conformal, "margin": 2.0}),
+        "clopper-pearson": base.model_copy(
+            update={"mode": "bound", "method": "clopper-pearson", "margin": 1.0}
+        ),
     }
 
 
