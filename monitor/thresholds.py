@@ -101,6 +101,11 @@ class ThresholdTable(StrictModel):
     threshold, whose FPR for that group is not certified) or "none" (no stop by score: the
     target is refused for that group, warn only)."""
 
+    def group_of(self, agent: str, source: str = "") -> str:
+        """The group name a run is looked up under: its source when the table is keyed by
+        source (and the run names one), else its agent."""
+        return source if self.group_by == "source" and source else agent
+
     def lookup(self, agent: str | None, target: float) -> Thresholds:
         """Stop and warn thresholds of `agent` (a group name) at `target`.
 

@@ -133,7 +133,7 @@ def crossfit_view(
             table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
             result.thresholds[name].append(table.to_json())
             for t in targets:
-                stops, _ = score_stops(test_recs, table, target=float(t), group_by=tcfg.group_by)
+                stops, _ = score_stops(test_recs, table, target=float(t))
                 result.stops[name][t].update(stops)
         for t in targets:
             lb, _ = loopbrake_stops(calibration, test_recs, alpha=float(t), schedule=schedule)
