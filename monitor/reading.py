@@ -8,10 +8,8 @@ offered with its first 64 KiB, decompressed when it is gzip. `format=` forces on
 from __future__ import annotations
 
 import errno
-import gzip
 import os
 import warnings
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +18,8 @@ from types import ModuleType
 from monitor.errors import LabelError, TranscriptError
 from monitor.formats import FORMATS
 from monitor.labels import LabelFile, LabelIndex, is_label_name, load_label
-from monitor.textio import GZIP_MAGIC, strip_gz
+from monitor.textio import head_bytes, strip_gz
 from monitor.types import Trajectory
-
-HEAD_BYTES = 64 * 1024
 
 # Files that sit beside runs and are neither transcripts nor labels.
 _SKIP_SUFFIXES = (
@@ -50,19 +46,6 @@ class Scan:
 
     runs: list[Path] = field(default_factory=list)
     labels: list[Path] = field(default_factory=list)
-
-
-def head_bytes(path: Path, n: int = HEAD_BYTES) -> bytes:
-    """The first `n` bytes of the (decompressed) file; TranscriptError when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(n)
-            if raw[:2] != GZIP_MAGIC:
-                return raw
-        with gzip.open(path, "rb") as g:
-            return g.read(n)
-    except (OSError, EOFError, zlib.error) as e:
-        raise TranscriptError(path, f"cannot read: {e}") from e
 
 
 def detect(path: str | Path) -> ModuleType:

@@ -7,12 +7,15 @@ import json
 import math
 import re
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
 
 GZIP_MAGIC = b"\x1f\x8b"
+HEAD_BYTES = 64 * 1024
+"""How much of a file sniffing reads (decompressed)."""
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -28,6 +31,19 @@ def read_bytes(path: str | Path) -> bytes:
         except (OSError, EOFError, gzip.BadGzipFile) as e:
             raise TranscriptError(p, f"corrupt gzip data: {e}") from e
     return data
+
+
+def head_bytes(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first `n` bytes of the (decompressed) file; TranscriptError when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(n)
+            if raw[:2] != GZIP_MAGIC:
+                return raw
+        with gzip.open(path, "rb") as g:
+            return g.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TranscriptError(path, f"cannot read: {e}") from e
 
 
 def read_text(path: str | Path) -> str:

@@ -94,14 +94,27 @@ class ThresholdTable(StrictModel):
     """All calibration runs together: the fallback of refused targets and unknown groups."""
     calibration: dict[str, Any] | None = None
     """Which runs calibrated the table, per group (written by `failfast train`)."""
+    margin: float = 1.0
+    """Each target was fitted at target / margin (a safety margin against task shift)."""
+    fallback: str = "pooled"
+    """What a group without its own threshold for a target uses: "pooled" (the pooled
+    threshold, whose FPR for that group is not certified) or "none" (no stop by score: the
+    target is refused for that group, warn only)."""
+
+    def group_of(self, agent: str, source: str = "") -> str:
+        """The group name a run is looked up under: its source when the table is keyed by
+        source (and the run names one), else its agent."""
+        return source if self.group_by == "source" and source else agent
 
     def lookup(self, agent: str | None, target: float) -> Thresholds:
         """Stop and warn thresholds of `agent` (a group name) at `target`.
 
-        The agent's own stop threshold when it has one for the target; else the pooled one
-        (source "pooled", or "pooled-unknown-agent", with a warning, for an agent never
-        calibrated); refused everywhere: no stop by score (inf, source "refused"). The warn
-        threshold is the agent's own when it was calibrated, else the pooled one.
+        The agent's own stop threshold when it has one for the target; else, with fallback
+        "pooled", the pooled one (source "pooled", or "pooled-unknown-agent", with a warning,
+        for an agent never calibrated), and with fallback "none" no stop by score (inf, source
+        "refused": an uncertified target is refused, not promised); refused everywhere: no stop
+        by score. The warn threshold is the agent's own when it was calibrated, else the pooled
+        one.
         """
         own = self.per_agent.get(agent) if agent is not None else None
         if agent is not None and own is None and self.per_agent:
@@ -114,6 +127,8 @@ class ThresholdTable(StrictModel):
         warn = (own or self.pooled).warn
         if own is not None and (t := own.stop_at(target)) is not None:
             return Thresholds(t, warn, "agent")
+        if self.fallback == "none" and agent is not None:
+            return Thresholds(math.inf, warn, "refused")
         if (t := self.pooled.stop_at(target)) is not None:
             source = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
             return Thresholds(t, warn, source)

@@ -120,7 +120,9 @@ def score_transcript(
             if cancelled is None
             else scorer.score_run(traj, cancelled=cancelled)
         )
-        th = scorer.thresholds(traj.agent or None)
+        table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
+        group = table.group_of(traj.agent, traj.source) if table is not None else traj.agent
+        th = scorer.thresholds(group or None)
     except Cancelled:
         raise
     except Exception as e:  # a failing scorer never raises into the harness

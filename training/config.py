@@ -162,6 +162,12 @@ class ThresholdConfig(StrictModel):
     lower certified thresholds for agents with few)."""
     crossfit_folds: int = Field(5, ge=2)
     """Instance folds of `val+train-oof`."""
+    margin: float = Field(1.0, ge=1.0)
+    """Fit each target at target / margin: a safety margin for calibration runs that differ
+    from the served ones (new tasks, repositories)."""
+    fallback: Literal["pooled", "none"] = "pooled"
+    """A group without its own threshold for a target (too few resolved runs, or an agent never
+    calibrated): "pooled" uses the pooled threshold, "none" refuses the target (warn only)."""
 
 
 class EvalConfig(StrictModel):

@@ -31,10 +31,8 @@ file with the longest conversation.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +49,7 @@ from monitor.formats._fields import (
 )
 from monitor.formats._layout import CONTAINERS, place_file, run_id
 from monitor.ledger import fill_estimates
-from monitor.textio import GZIP_MAGIC, load_json, read_bytes, strip_gz
+from monitor.textio import head_bytes, load_json, read_bytes, strip_gz
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "openhands-completions"
@@ -63,20 +61,6 @@ _EXIT = re.compile(r"\[Command finished with exit code (-?\d+)\]")
 _TIMEOUT = re.compile(r"\[Command timed out|command timed out", re.I)
 _TASK_START = "NEW TASK DESCRIPTION"
 _CONTINUE = "Please continue working on the task"
-_HEAD_BYTES = 64 * 1024
-
-
-def _head(path: Path) -> bytes:
-    """The first bytes of a (possibly gzip) file; b"" when unreadable."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_HEAD_BYTES)
-        if raw[:2] != GZIP_MAGIC:
-            return raw
-        with gzip.open(path, "rb") as g:
-            return g.read(_HEAD_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return b""
 
 
 def _looks_like_log(head: bytes) -> bool:
@@ -101,7 +85,10 @@ def sniff(path: Path, head: bytes) -> bool:
     files = _call_files(Path(path))
     if not files:
         return False
-    return _looks_like_log(_head(files[0]))
+    try:
+        return _looks_like_log(head_bytes(files[0]))
+    except TranscriptError:
+        return False
 
 
 def _text(message: dict[str, Any]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -203,9 +205,11 @@ def test_thresholds_json_is_the_typed_table_and_names_its_calibration_runs():
     th = pick_thresholds(recs, schedule=S(2, 1, 2), targets=[0.05, 0.1])
     data = th.to_json()
     assert list(data) == [
-        "mode", "confidence", "method", "schedule", "group_by", "targets", "per_agent", "pooled"
+        "mode", "confidence", "method", "schedule", "group_by", "targets", "per_agent", "pooled",
+        "margin", "fallback",
     ]  # fmt: skip
     assert data["schedule"] == {"min_steps": 2, "every": 1, "persist": 2}
+    assert (data["margin"], data["fallback"]) == (1.0, "pooled")
     assert set(data["per_agent"]["a"]["stop"]["0.05"]) == {
         "threshold",
         "fpr_val",
@@ -216,3 +220,19 @@ def test_thresholds_json_is_the_typed_table_and_names_its_calibration_runs():
         "records": "val",
         "per_agent": {"a": {"runs": 30, "resolved": 30}, "b": {"runs": 40, "resolved": 20}},
     }
+
+
+def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
+    rng = np.random.default_rng(7)
+    recs = [rec(i, "a", True, rng.random(6)) for i in range(60)]
+    recs += [rec(100 + i, "a", False, rng.random(6) + 0.5) for i in range(60)]
+    recs += [rec(300 + i, "few", True, rng.random(6)) for i in range(5)]
+    plain = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1])
+    safe = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1], margin=2.0, fallback="none")
+    assert safe.per_agent["a"].stop_at(0.1) > plain.per_agent["a"].stop_at(0.1)
+    assert safe.per_agent["a"].stop["0.1"].fpr_val <= 0.05
+    assert plain.lookup("few", 0.1).source == "pooled"
+    assert plain.lookup("nobody", 0.1).source == "pooled-unknown-agent"
+    for group in ("few", "nobody"):
+        refused = safe.lookup(group, 0.1)
+        assert (refused.source, refused.stop) == ("refused", math.inf)

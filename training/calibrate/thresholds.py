@@ -81,18 +81,17 @@ def _stop_threshold(
 ) -> StopThreshold:
     """The stop threshold of one target for one group, or its refusal."""
     n = len(resolved_max)
-    need = resolved_runs_needed(target, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
+    fit = target / cfg.margin  # the target is fitted with the safety margin
+    need = resolved_runs_needed(fit, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
     if n < need:
         return StopThreshold(
             refused=(
-                f"cannot certify run-level FPR <= {target:g} ({_method_name(cfg)}, "
+                f"cannot certify run-level FPR <= {fit:g} ({_method_name(cfg)}, "
                 f"{cfg.confidence:g} confidence): needs at least {need} resolved validation runs, "
                 f"has {n}"
             )
         )
-    j = allowed_false_positives(
-        n, target, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method
-    )
+    j = allowed_false_positives(n, fit, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
     t = threshold_for_count(resolved_max, j, all_max)
     fp = int((resolved_max >= t).sum())
     bound = (
@@ -134,18 +133,20 @@ def pick_thresholds(
     group_by: Literal["agent", "source"] = "agent",
     warn_fraction: float = 0.25,
     scorer: str = "monitor",
+    margin: float = 1.0,
+    fallback: Literal["pooled", "none"] = "pooled",
 ) -> ThresholdTable:
     """Pick stop thresholds per target, per group and pooled, on calibration records.
 
     Args:
         records: validation-split records (never the training or test split).
         schedule: the check schedule served with the thresholds.
-        targets, mode, method, confidence, group_by, warn_fraction, scorer: as in
-            training.config.ThresholdConfig.
+        targets, mode, method, confidence, group_by, warn_fraction, scorer, margin, fallback:
+            as in training.config.ThresholdConfig.
 
     Returns:
         The thresholds.json table (docs/BUNDLE.md). A group's refused target falls back to the
-        pooled threshold at lookup.
+        pooled threshold at lookup when `fallback` is "pooled", else it stays refused.
     """
     cfg = ThresholdConfig(
         mode=mode,
@@ -155,6 +156,8 @@ def pick_thresholds(
         warn_fraction=warn_fraction,
         group_by=group_by,
         scorer=scorer,
+        margin=margin,
+        fallback=fallback,
     )
     recs = [r for r in records if cfg.scorer in r.scores]
     if not recs:
@@ -173,6 +176,8 @@ def pick_thresholds(
         targets=[float(t) for t in cfg.targets],
         per_agent={g: _group(rs, cfg, sched, pooled.warn) for g, rs in sorted(per_group.items())},
         pooled=pooled,
+        margin=cfg.margin,
+        fallback=cfg.fallback,
     )
 
 

@@ -132,9 +132,7 @@ def evaluate(
     sched = thresholds.schedule
     records = [r for r in records if cfg.scorer in r.scores]
     notes: list[str] = []
-    mon, used = score_stops(
-        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=cfg.group_by
-    )
+    mon, used = score_stops(records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer)
     rules: dict[str, tuple[Stops, dict[str, Any]]] = {}
     for name in cfg.score_baselines:
         have = [r for r in records if name in r.scores]

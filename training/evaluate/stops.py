@@ -31,10 +31,11 @@ def score_stops(
     *,
     target: float,
     scorer: str = "monitor",
-    group_by: str = "agent",
+    group_by: str | None = None,
 ) -> tuple[Stops, dict[str, dict[str, Any]]]:
     """Stop points of a scorer at its thresholds (ThresholdTable.lookup per group) under the
-    table's schedule.
+    table's schedule. Runs are grouped by the record field the table is keyed by (its
+    `group_by`) unless `group_by` names another.
 
     Returns:
         (stops, used) where used[group] = {"threshold": t (None: no stop by score),
@@ -42,8 +43,9 @@ def score_stops(
     """
     stops: Stops = {}
     used: dict[str, dict[str, Any]] = {}
+    key = group_by or thresholds.group_by
     for r in records:
-        g = str(getattr(r, group_by))
+        g = str(getattr(r, key))
         if g not in used:
             th = thresholds.lookup(g, target)
             used[g] = {"threshold": th.stop if math.isfinite(th.stop) else None, "from": th.source}

@@ -133,7 +133,7 @@ def crossfit_view(
             table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
             result.thresholds[name].append(table.to_json())
             for t in targets:
-                stops, _ = score_stops(test_recs, table, target=float(t), group_by=tcfg.group_by)
+                stops, _ = score_stops(test_recs, table, target=float(t))
                 result.stops[name][t].update(stops)
         for t in targets:
             lb, _ = loopbrake_stops(calibration, test_recs, alpha=float(t), schedule=schedule)
@@ -148,10 +148,15 @@ def crossfit_view(
 def default_methods(cfg: PipelineConfig) -> dict[str, ThresholdConfig]:
     """The configured threshold method, and the others worth comparing on the same scores."""
     base = cfg.thresholds
+    conformal = {"mode": "bound", "method": "conformal"}
     return {
         "configured": base,
-        "conformal": base.model_copy(update={"mode": "bound", "method": "conformal"}),
-        "clopper-pearson": base.model_copy(update={"mode": "bound", "method": "clopper-pearson"}),
+        "conformal": base.model_copy(update={**conformal, "margin": 1.0}),
+        "conformal-margin1.5": base.model_copy(update={**conformal, "margin": 1.5}),
+        "conformal-margin2": base.model_copy(update={**conformal, "margin": 2.0}),
+        "clopper-pearson": base.model_copy(
+            update={"mode": "bound", "method": "clopper-pearson", "margin": 1.0}
+        ),
     }
 
 
