@@ -183,8 +183,9 @@ class EvalConfig(StrictModel):
     """Score in the records that is the learned monitor."""
     score_baselines: list[str] = Field(default_factory=lambda: ["signals_lr", "tfidf_lr"])
     """Scores in the records evaluated as baselines at the monitor's realized FPR."""
-    group_by: str = "agent"
-    """Record field thresholds and FPR matching are conditioned on."""
+    group_by: str | None = None
+    """Record field baselines are matched to the monitor's FPR within; None: the field the
+    thresholds table is keyed by (its `group_by`), so both are per the same groups."""
     n_boot: int = Field(500, ge=10)
     """Bootstrap draws of the cross-fitted report's intervals (failfast crossfit)."""
     n_plot_runs: int = 6

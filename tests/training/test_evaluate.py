@@ -140,7 +140,7 @@ def _split(n_inst, rng, agent="a", source="s"):
             sc = np.clip(base + 0.2 * rng.standard_normal(10), 0, 1)
             out.append(
                 R(
-                    f"{agent}/run{j}/{i}",
+                    f"{source}/{agent}/run{j}/{i}",
                     f"{agent}-{i}",
                     not bad,
                     rng.integers(50, 150, 10),
@@ -191,6 +191,45 @@ def test_evaluate_report_shape_and_loopbrake(tmp_path):
     assert "| overall | monitor |" in table
     assert "| s | loopbrake |" in table
     json.dumps(res)  # serialisable
+
+
+def test_evaluate_with_thresholds_keyed_by_source():
+    # Two sources of one agent: the report, the baselines' FPR matching and the p95 budgets all
+    # follow the table's grouping (a table keyed by source once crashed the report: KeyError).
+    from monitor.halts import Budget
+
+    rng = np.random.default_rng(7)
+    val = _split(120, rng, source="s1") + _split(120, rng, source="s2")
+    test = _split(60, rng, source="s1") + _split(60, rng, source="s2")
+    th = pick_thresholds(
+        val, schedule=Schedule(min_steps=2, every=1, persist=1), targets=[0.25], group_by="source"
+    )
+    from monitor.signals import SIGNAL_NAMES
+
+    def steps_only(n):
+        m = np.zeros((n, len(SIGNAL_NAMES)))
+        m[:, SIGNAL_NAMES.index("steps")] = np.arange(1, n + 1)
+        return m
+
+    sigs = {r.run_id: steps_only(len(r.scores["monitor"])) for r in test}
+    budgets = {g: Budget(max_steps=4) for g in ("s1", "s2")}
+    res = evaluate(
+        test,
+        th,
+        config=EvalConfig(target_fpr=0.25, score_baselines=["signals_lr"]),
+        calibration=val,
+        signals=sigs,
+        budgets=budgets,
+    )
+    assert set(res["threshold"]) == {"s1", "s2"}
+    assert all(v["from"] == "agent" for v in res["threshold"].values())
+    assert set(res["per_source"]["s1"]["threshold"]) == {"s1"}
+    assert set(res["baselines"]["signals_lr"]["info"]["value"]) == {"s1", "s2"}
+    # Budgets found under the source keys: a missing budget never stops, so its matched scale
+    # stays at the bisection's floor (0.05); a found 4-step cap must be scaled past 10 steps.
+    scales = res["baselines"]["budget_p95"]["info"]["value"]
+    assert set(scales) == {"s1", "s2"}
+    assert min(scales.values()) > 2
 
 
 def test_evaluate_command_on_saved_records(tmp_path):

@@ -40,7 +40,7 @@ class EvalInputs:
         thresholds: the monitor's thresholds (picked on validation).
         calibration: validation records (LoopBrake's calibration); None skips LoopBrake.
         signals: run_id -> signal matrix of the evaluated runs; None skips the rule baselines.
-        budgets: agent -> p95 Budget fitted on runs of instances not evaluated.
+        budgets: group -> p95 Budget fitted on runs of instances not evaluated.
     """
 
     records: list[RunRecord]
@@ -64,10 +64,11 @@ class EvalInputs:
 
 
 def rule_inputs(
-    runs: Sequence[Any], records: Sequence[RunRecord]
+    runs: Sequence[Any], records: Sequence[RunRecord], group_by: str = "agent"
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """What the rule baselines need from the transcripts: the signal matrix of each evaluated run,
-    and per agent a p95 Budget fitted on the runs of instances NOT evaluated."""
+    and per group (agent or source, as the thresholds are keyed) a p95 Budget fitted on the runs
+    of instances NOT evaluated."""
     from monitor.halts import fit_budget
     from monitor.signals import signal_matrix
 
@@ -77,7 +78,7 @@ def rule_inputs(
     fit_on: dict[str, list[Any]] = {}
     for t in runs:
         if t.instance_id not in insts:
-            fit_on.setdefault(t.agent, []).append(t)
+            fit_on.setdefault(str(getattr(t, group_by)), []).append(t)
     return signals, {a: fit_budget(ts)[0] for a, ts in fit_on.items()}
 
 
@@ -104,7 +105,9 @@ def train_dir_inputs(train_dir: str | Path, runs: Sequence[Any] | None) -> EvalI
     )
     if runs:
         labelled = [t for t in runs if t.resolved is not None and t.steps]
-        inputs.signals, inputs.budgets = rule_inputs(labelled, inputs.records)
+        inputs.signals, inputs.budgets = rule_inputs(
+            labelled, inputs.records, inputs.thresholds.group_by
+        )
     return inputs
 
 
@@ -190,7 +193,7 @@ def find_inputs(
         raise SystemExit(
             "evaluate: no records (give --records, --train-dir, or --bundle --data --score-data)"
         )
-    signals, budgets = rule_inputs(runs, recs) if runs else (None, None)
+    signals, budgets = rule_inputs(runs, recs, thresholds.group_by) if runs else (None, None)
     return EvalInputs(recs, thresholds, _validation(tdir), signals, budgets)
 
 

@@ -90,6 +90,7 @@ def _section(
     rules: Mapping[str, dict[str, Any]],
     used: Mapping[str, dict[str, Any]],
     cfg: EvalConfig,
+    group_by: str,
 ) -> dict[str, Any]:
     """The report of one scope (a source, or all runs): ledgers, AUROC, thresholds used."""
 
@@ -99,7 +100,7 @@ def _section(
         )
 
     scorers = [cfg.scorer, *(n for n in cfg.score_baselines if n in rules)]
-    groups = sorted({str(getattr(r, cfg.group_by)) for r in subset})
+    groups = sorted({str(getattr(r, group_by)) for r in subset})
     return {
         "monitor": ledger("monitor", monitor_token_price=cfg.monitor_token_price),
         "baselines": {name: {**ledger(name), "info": info} for name, info in rules.items()},
@@ -129,23 +130,24 @@ def evaluate(
         budgets: group -> monitor.halts.Budget fitted on non-evaluation resolved runs (p95).
     """
     cfg = config or EvalConfig()
+    key = cfg.group_by or thresholds.group_by
     sched = thresholds.schedule
     records = [r for r in records if cfg.scorer in r.scores]
     notes: list[str] = []
-    mon, used = score_stops(records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer)
+    mon, used = score_stops(
+        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=key
+    )
     rules: dict[str, tuple[Stops, dict[str, Any]]] = {}
     for name in cfg.score_baselines:
         have = [r for r in records if name in r.scores]
         if len(have) < len(records):
             notes.append(f"{name}: no scores in {len(records) - len(have)} runs; baseline skipped")
             continue
-        st, th = matched_score_stops(
-            records, mon, scorer=name, schedule=sched, group_by=cfg.group_by
-        )
+        st, th = matched_score_stops(records, mon, scorer=name, schedule=sched, group_by=key)
         rules[name] = (st, {"knob": "threshold", "matched_to_monitor_fpr": True, "value": th})
     if signals is not None:
         replayed, more = rule_baselines(
-            records, mon, signals, budgets, schedule=sched, group_by=cfg.group_by
+            records, mon, signals, budgets, schedule=sched, group_by=key
         )
         rules.update(replayed)
         notes += more
@@ -153,7 +155,7 @@ def evaluate(
         from training.baselines.rules import loopbrake_stops
 
         st, lines = loopbrake_stops(
-            calibration, records, alpha=cfg.target_fpr, schedule=sched, group_by=cfg.group_by
+            calibration, records, alpha=cfg.target_fpr, schedule=sched, group_by=key
         )
         rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
     stops = {
@@ -163,9 +165,9 @@ def evaluate(
     }
     info = {name: i for name, (_, i) in rules.items()}
     out: dict[str, Any] = {"target_fpr": cfg.target_fpr, "schedule": sched.model_dump()}
-    out.update(_section(records, records, stops, info, used, cfg))
+    out.update(_section(records, records, stops, info, used, cfg, key))
     out["per_source"] = {
-        s: _section(rs, records, stops, info, used, cfg)
+        s: _section(rs, records, stops, info, used, cfg, key)
         for s, rs in sorted(group_records(records, "source").items())
     }
     out["settings"] = {
