@@ -62,7 +62,7 @@ class ReplayScorer:
             calibration={"by": "bench_drift", "note": "threshold set wrong on purpose"},
         )
 
-    def start(self, task: str, agent: str | None = None) -> ScriptedSession:
+    def start(self, task: str, agent: str | None = None, source: str = "") -> ScriptedSession:
         return ScriptedSession(self.runs[int(task)], self.threshold, math.inf, None)
 
     def score_run(self, traj: Any) -> list[float]:  # pragma: no cover - protocol only

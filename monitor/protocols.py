@@ -46,8 +46,9 @@ class ScoreSession(Protocol):
 class StepScorer(Protocol):
     """Something that opens scoring sessions (serving.Scorer, or a scripted fake)."""
 
-    def start(self, task: str, agent: str | None = None) -> ScoreSession:
-        """Open a session for a run on `task` by `agent` (None: pooled thresholds)."""
+    def start(self, task: str, agent: str | None = None, source: str = "") -> ScoreSession:
+        """Open a session for a run on `task` by `agent` (None: pooled thresholds); `source`
+        names its calibration group when thresholds are keyed by source."""
         ...
 
     def score_run(self, traj: Trajectory) -> list[float]:

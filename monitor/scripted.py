@@ -56,7 +56,7 @@ class ScriptedScorer:
         self.fail_at = fail_at
         self.started: list[tuple[str, str | None]] = []
 
-    def start(self, task: str, agent: str | None = None) -> ScriptedSession:
+    def start(self, task: str, agent: str | None = None, source: str = "") -> ScriptedSession:
         """Open a session (records the task and agent it was opened for)."""
         self.started.append((task, agent))
         return ScriptedSession(self.scores, self.threshold, self.warn_threshold, self.fail_at)

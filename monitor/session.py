@@ -81,14 +81,21 @@ class Monitor:
         )
 
     def start(
-        self, task: str = "", agent: str | None = None, *, run: str = "", shadow: bool = False
+        self,
+        task: str = "",
+        agent: str | None = None,
+        *,
+        run: str = "",
+        shadow: bool = False,
+        source: str = "",
     ) -> Session:
         """Open a session for one run of `agent` on `task` (`run` names it in the log; `shadow`:
-        the harness will not obey this run's stops, see monitor.feedback)."""
+        the harness will not obey this run's stops, see monitor.feedback; `source`: the
+        calibration group when thresholds are keyed by source)."""
         score_session = None
         if self.scorer is not None:
             try:
-                score_session = self.scorer.start(task, agent)
+                score_session = self.scorer.start(task, agent, source=source)
             except Exception:
                 logger.exception("scorer failed to start a session; heuristics only")
         return Session(

@@ -180,6 +180,8 @@ def create_app(
         traj = read_run(req)
         if req.agent is not None:
             traj.agent = req.agent
+        if req.source is not None:
+            traj.source = req.source
         if req.submission:
             traj.submission = req.submission
         while not slots.acquire(timeout=0.25):
@@ -237,7 +239,7 @@ def create_app(
         except Full as e:
             return error(429, str(e))
         try:
-            score_session = scorer.start(req.task, req.agent)
+            score_session = scorer.start(req.task, req.agent, source=req.source)
             session = Session(
                 monitor.config,
                 score_session,

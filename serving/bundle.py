@@ -142,13 +142,17 @@ class Bundle:
             raise BundleError(f"{p}: not listed in monitor.json, so not verified; re-export")
         return p
 
-    def thresholds_for(self, agent: str | None, target: float | None = None) -> Thresholds:
-        """Stop/warn thresholds for `agent` at `target` (default: the bundle's), by the one
+    def thresholds_for(
+        self, agent: str | None, target: float | None = None, source: str = ""
+    ) -> Thresholds:
+        """Stop/warn thresholds for a run of `agent` (and `source`, the data source name a
+        table keyed by source is looked up under) at `target` (default: the bundle's), by the one
         lookup rule (monitor.thresholds.ThresholdTable.lookup); no thresholds: no stop by score."""
         table = self.thresholds
         if table is None:
             return Thresholds(math.inf, math.inf, "refused")
-        return table.lookup(agent, self.target if target is None else target)
+        group = table.group_of(agent or "", source) or None
+        return table.lookup(group, self.target if target is None else target)
 
 
 def start_record(scorer: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class KVScoreSession:
         tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
     """
 
-    def __init__(self, scorer: Any, task: str, agent: str | None = None) -> None:
+    def __init__(self, scorer: Any, task: str, agent: str | None = None, source: str = "") -> None:
         # scorer: the serving.scorer.Scorer that opened the session (not imported: it imports this)
         self._scorer = scorer
         self._render = scorer.featuriser.session(task, agent or "")
@@ -41,7 +41,7 @@ class KVScoreSession:
         self._lock = threading.Lock()
         self._window: list[int] = []  # ids of the current window (to rebuild the cache)
         self._past: list[np.ndarray] | None = None  # None: no valid cache, encode the window
-        th = scorer.thresholds(agent)
+        th = scorer.thresholds(agent, source)
         self.threshold = th.stop
         self.warn_threshold = th.warn
         self.threshold_source = th.source

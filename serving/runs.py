@@ -39,7 +39,7 @@ class _ReplayScorer:
     def __init__(self, session: _ReplaySession) -> None:
         self._session = session
 
-    def start(self, task: str, agent: str | None = None) -> _ReplaySession:
+    def start(self, task: str, agent: str | None = None, source: str = "") -> _ReplaySession:
         return self._session
 
     def score_run(self, traj: Trajectory) -> list[float]:  # pragma: no cover - protocol only
@@ -120,9 +120,7 @@ def score_transcript(
             if cancelled is None
             else scorer.score_run(traj, cancelled=cancelled)
         )
-        table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
-        group = table.group_of(traj.agent, traj.source) if table is not None else traj.agent
-        th = scorer.thresholds(group or None)
+        th = scorer.thresholds(traj.agent or None, traj.source)
     except Cancelled:
         raise
     except Exception as e:  # a failing scorer never raises into the harness

@@ -47,6 +47,11 @@ class ScoreRequest(BaseModel):
     steps: list[StepIn] | None = None
     task: str = ""
     agent: str | None = Field(None, description="Agent family (overrides the transcript's).")
+    source: str | None = Field(
+        None,
+        description="Calibration group (a source name in thresholds.json) when the bundle's "
+        "thresholds are keyed by source; overrides the transcript's.",
+    )
     submission: str = Field(
         "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
     )
@@ -61,6 +66,11 @@ class ScoreRequest(BaseModel):
 class SessionRequest(BaseModel):
     task: str = ""
     agent: str | None = None
+    source: str = Field(
+        "",
+        description="Calibration group (a source name in thresholds.json) when the bundle's "
+        "thresholds are keyed by source; unset: looked up by agent.",
+    )
     run: str = Field("", description="The harness's run id (a verdict may name the run by it).")
     shadow: bool = Field(
         False,

@@ -194,9 +194,10 @@ class Scorer:
         """The PolicyConfig dict stored in the bundle (check schedule and halts)."""
         return self.bundle.policy
 
-    def thresholds(self, agent: str | None) -> Thresholds:
-        """Stop/warn thresholds for `agent` at this scorer's target (pooled fallback)."""
-        return self.bundle.thresholds_for(agent, self.target)
+    def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
+        """Stop/warn thresholds for a run of `agent` (from `source`, when the bundle's thresholds
+        are keyed by source) at this scorer's target."""
+        return self.bundle.thresholds_for(agent, self.target, source)
 
     def _signals(self, traj: Trajectory) -> np.ndarray:
         """(n_steps, S) float32 raw signals in the bundle's column order."""
@@ -246,18 +247,27 @@ class Scorer:
 
         return self.score_run(dataclasses.replace(traj, steps=traj.steps[:k]))[-1]
 
-    def start(self, task: str, agent: str | None = None) -> KVScoreSession:
-        """A ScoreSession (monitor.protocols) for a live run: observe(step) -> score."""
-        return KVScoreSession(self, task, agent)
+    def start(self, task: str, agent: str | None = None, source: str = "") -> KVScoreSession:
+        """A ScoreSession (monitor.protocols) for a live run: observe(step) -> score. `source`
+        names the calibration group of a bundle whose thresholds are keyed by source."""
+        return KVScoreSession(self, task, agent, source)
 
     def session(
-        self, task: str = "", agent: str | None = None, *, monitor: Any = None, run: str = ""
+        self,
+        task: str = "",
+        agent: str | None = None,
+        *,
+        monitor: Any = None,
+        run: str = "",
+        source: str = "",
     ) -> Any:
         """A monitor Session (observe(step) -> Decision) driven by this scorer.
 
         Args:
             task: the problem statement.
             agent: agent family (thresholds are per agent; unknown -> pooled + warning).
+            source: the run's calibration group when the bundle's thresholds are keyed by
+                source (a name in its thresholds.json); empty: looked up by agent.
             monitor: a monitor.session.Monitor to open it from (shares its decision log);
                 None builds one with the bundle's policy.
             run: a name for the run in the decision log.
@@ -267,4 +277,4 @@ class Scorer:
             from monitor.session import Monitor
 
             monitor = Monitor(PolicyConfig.model_validate(self.policy), scorer=self)
-        return monitor.start(task, agent, run=run)
+        return monitor.start(task, agent, run=run, source=source)

@@ -25,7 +25,7 @@ class ScriptedRunScorer(ScriptedScorer):
     def score_run(self, traj):
         return [self.scores[min(k, len(self.scores)) - 1] for k in range(1, len(traj.steps) + 1)]
 
-    def thresholds(self, agent):
+    def thresholds(self, agent, source=""):
         from serving.bundle import Thresholds
 
         return Thresholds(self.threshold, self.warn_threshold, "agent")

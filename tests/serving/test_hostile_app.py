@@ -226,7 +226,7 @@ def test_500_is_error_shaped_and_counted():
     class Broken:
         policy: dict = {}
 
-        def start(self, task, agent=None):
+        def start(self, task, agent=None, source=""):
             raise RuntimeError("graph exploded")
 
     client = TestClient(create_app(Broken()), raise_server_exceptions=False)

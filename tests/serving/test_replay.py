@@ -24,7 +24,7 @@ class FakeScorer:
     def score_run(self, traj: Trajectory) -> list[float]:
         return SCORES[: len(traj.steps)]
 
-    def thresholds(self, agent: str | None) -> Thresholds:
+    def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
         return Thresholds(0.75, 0.5, "agent")
 
 

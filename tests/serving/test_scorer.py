@@ -275,3 +275,36 @@ def test_unlisted_graph_is_refused_and_paths_stay_inside(bundle, tmp_path):
     (b / "monitor.json").write_text(json.dumps(m))
     with pytest.raises(BundleError, match="points outside the bundle"):
         load_bundle(b)
+
+
+def test_thresholds_keyed_by_source_are_found_by_source(bundle):
+    """A bundle whose thresholds are per source: live sessions, whole runs and the HTTP service
+    look a run up by its source; by agent alone it is an unknown group (pooled fallback)."""
+    import copy
+
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from serving.runs import score_transcript
+    from serving.scorer import Scorer
+    from tests.bundle_helpers import THRESHOLDS
+
+    scorer = Scorer.load(bundle, threads=1)
+    table = copy.deepcopy(THRESHOLDS)
+    table["group_by"] = "source"
+    table["per_agent"] = {"mini-swe-agent-gemini-3-pro": table["per_agent"]["mini-swe-agent"]}
+    scorer.bundle.manifest["thresholds"] = table
+
+    src = "mini-swe-agent-gemini-3-pro"
+    assert scorer.start("t", "mini-swe-agent", source=src).threshold_source == "agent"
+    assert scorer.start("t", "mini-swe-agent").threshold_source == "pooled-unknown-agent"
+    assert scorer.session("t", "mini-swe-agent", source=src).scorer.threshold == 0.61
+
+    traj = make_run(6)
+    traj.source = src
+    assert score_transcript(scorer, traj).threshold_source == "agent"
+
+    client = TestClient(create_app(scorer))
+    r = client.post("/v1/sessions", json={"task": "t", "agent": "mini-swe-agent", "source": src})
+    assert r.status_code == 201, r.text
+    assert (r.json()["threshold"], r.json()["threshold_source"]) == (0.61, "agent")
