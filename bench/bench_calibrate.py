@@ -142,6 +142,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--agent", default=None, help="its threshold group (default: as read)")
     p.add_argument("--in-domain", type=Path, default=None, help="training OUT/records folder")
     p.add_argument("--target", type=float, default=0.05)
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=1.0,
+        help="fit at target / margin (1: the exact-target protocol the figures in USAGE used; "
+        "the configs ship 2)",
+    )
     p.add_argument("--splits", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
@@ -156,7 +163,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = scorer.bundle.thresholds
     schedule = table.schedule if table else PolicyConfig.model_validate(scorer.policy).schedule()
     method = table.method if table and table.method != "empirical" else "conformal"
-    cfg = ThresholdConfig(targets=[args.target], method=method)  # type: ignore[arg-type]
+    cfg = ThresholdConfig(
+        targets=[args.target],
+        method=method,  # type: ignore[arg-type]
+        margin=args.margin,
+        fallback="pooled",  # the uncalibrated row measures what the pooled fallback does
+    )
     result: dict[str, Any] = {"target": args.target, "method": method, "new": [], "in_domain": []}
     recs = agent_records(args, scorer)
     for agent in sorted({r.agent for r in recs}):

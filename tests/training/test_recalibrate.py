@@ -49,7 +49,9 @@ def test_merge_keeps_absent_groups_and_replace_drops_them() -> None:
     assert t.calibration["per_agent"]["c"] == {"runs": 60, "resolved": 40}
     assert t.schedule == SCHED
     # the new threshold of "a" is the one picked on the new runs alone
-    alone = pick_thresholds(new_recs, schedule=SCHED, targets=[0.05, 0.25])
+    alone = pick_thresholds(
+        new_recs, schedule=SCHED, targets=[0.05, 0.25], margin=cfg.margin, fallback=cfg.fallback
+    )
     assert t.lookup("a", 0.05).stop == alone.lookup("a", 0.05).stop
     rep = recalibrate(old, new_recs, cfg, schedule=SCHED, replace=True)
     assert sorted(rep.table.per_agent) == ["a", "c"]
@@ -65,10 +67,14 @@ def test_merge_keeps_absent_groups_and_replace_drops_them() -> None:
 
 
 def test_refusals_name_the_count_needed() -> None:
-    table = recalibrate(None, group("a", 12, 0), ThresholdConfig(targets=[0.05]), schedule=SCHED)
+    cfg = ThresholdConfig(targets=[0.05], margin=1.0)
+    table = recalibrate(None, group("a", 12, 0), cfg, schedule=SCHED)
     why = refusals(table.table, ["a"], 0.05)
     assert "needs at least 19 resolved" in why["a"]
     assert "pooled" in why
+    # the default margin 2 fits 5% at 2.5%: twice the resolved runs
+    table = recalibrate(None, group("a", 12, 0), ThresholdConfig(targets=[0.05]), schedule=SCHED)
+    assert "needs at least 39 resolved" in refusals(table.table, ["a"], 0.05)["a"]
 
 
 def write_log(path: Path, lines: list[dict]) -> Path:
@@ -313,7 +319,7 @@ def test_bench_calibrate_protocol_on_synthetic_records() -> None:
                   {"monitor": rng.uniform(0.9 + 0.03 * (i % 2), 0.99, 3)})
         for i in range(400)
     ]  # fmt: skip
-    cfg = ThresholdConfig(targets=[0.05])
+    cfg = ThresholdConfig(targets=[0.05], margin=1.0, fallback="pooled")
     row = bench.protocol(new, "new", old, cfg, SCHED, splits=20, seed=0)
     assert row["uncalibrated"]["fpr_mean"] > 0.3
     assert row["calibrated"]["fpr_mean"] == pytest.approx(0.05, abs=0.03)

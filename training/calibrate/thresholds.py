@@ -86,9 +86,10 @@ def _stop_threshold(
     if n < need:
         return StopThreshold(
             refused=(
-                f"cannot certify run-level FPR <= {fit:g} ({_method_name(cfg)}, "
-                f"{cfg.confidence:g} confidence): needs at least {need} resolved validation runs, "
-                f"has {n}"
+                f"cannot certify run-level FPR <= {fit:g}"
+                + (f" (target {target:g} / margin {cfg.margin:g})" if cfg.margin != 1 else "")
+                + f" ({_method_name(cfg)}, {cfg.confidence:g} confidence): needs at least {need} "
+                f"resolved validation runs, has {n}"
             )
         )
     j = allowed_false_positives(n, fit, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
