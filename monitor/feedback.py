@@ -62,6 +62,8 @@ class RunOutcome:
     stop_reason: str | None = None
     shadow: bool = False
     verdict: bool | None = None
+    source: str = ""
+    """The run's source (its group when the bundle's thresholds are keyed by source)."""
 
     @property
     def stopped(self) -> bool:
@@ -120,8 +122,11 @@ class Feedback:
             groups = list(table.per_agent)
         return cls(float(target), groups, **kwargs)
 
-    def group(self, agent: str | None) -> str:
-        """The metric/watch group of an agent name."""
+    def group(self, agent: str | None, source: str = "") -> str:
+        """The metric/watch group of a run: its source when the bundle's groups are sources,
+        else its agent name, else "other"."""
+        if source and source in self.watches:
+            return source
         return agent if agent in self.watches and agent is not None else OTHER
 
     # --- closed runs ------------------------------------------------------------------------
@@ -170,7 +175,7 @@ class Feedback:
         Raises:
             VerdictError: the run already has a verdict.
         """
-        group = self.group(outcome.agent)
+        group = self.group(outcome.agent, outcome.source)
         with self._lock:
             if outcome.verdict is not None:
                 raise VerdictError(

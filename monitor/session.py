@@ -107,6 +107,7 @@ class Monitor:
             run=run,
             feedback=self.feedback,
             shadow=shadow,
+            source=source,
         )
 
 
@@ -125,11 +126,14 @@ class Session:
         feedback: Feedback | None = None,
         shadow: bool = False,
         session_id: str = "",
+        source: str = "",
     ) -> None:
         self.config = config
         self.scorer = scorer
         self.task = task
         self.agent = agent
+        self.source = source
+        """The run's source: its threshold and verdict group when thresholds are keyed by it."""
         self.run = run
         self.log = log if log is not None else DecisionLog()
         self.feedback = feedback
@@ -293,7 +297,7 @@ class Session:
         """What verdict feedback needs of this run (steps, where it stopped, shadow); the same
         object on every call, so a verdict given through it is remembered."""
         if self._outcome is None:
-            self._outcome = RunOutcome(self.session_id, self.run, self.agent, 0)
+            self._outcome = RunOutcome(self.session_id, self.run, self.agent, 0, source=self.source)
         o = self._outcome
         o.session, o.run, o.agent, o.shadow = self.session_id, self.run, self.agent, self.shadow
         o.steps = len(self.scores)

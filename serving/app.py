@@ -245,6 +245,7 @@ def create_app(
                 score_session,
                 task=req.task,
                 agent=req.agent,
+                source=req.source,
                 log=monitor.log,
                 run=req.run,
                 feedback=monitor.feedback,

@@ -68,6 +68,19 @@ def test_second_verdict_is_refused_and_groups_are_bounded() -> None:
     assert fb.group(None) == OTHER
 
 
+def test_runs_count_in_their_source_group_when_groups_are_sources() -> None:
+    fb = Feedback(0.05, ["swe-agent-gpt4", "moatless-claude"])
+    o = RunOutcome("", "r1", "swe-agent", 10, source="swe-agent-gpt4")
+    assert fb.report(o, True)["group"] == "swe-agent-gpt4"
+    assert fb.group("swe-agent") == OTHER  # by agent alone: not one of the groups
+    assert fb.group("moatless-claude", source="unknown-source") == "moatless-claude"
+    # a Session opened with a source reports it
+    mon = Monitor(PolicyConfig(), feedback=fb)
+    sess = mon.start("t", "moatless", source="moatless-claude")
+    sess.observe(Step(index=0, action="ls", observation="x"))
+    assert sess.verdict(True)["group"] == "moatless-claude"
+
+
 def test_closed_runs_are_remembered_within_bounds() -> None:
     fb = Feedback(0.05, keep=2)
     for i in range(3):
