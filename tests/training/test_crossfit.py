@@ -91,5 +91,29 @@ def test_crossfit_end_to_end(tiny_model_dir, tmp_path):
         assert b["stopped_resolved"] <= row["methods"]["configured"]["stopped_resolved"]
     md = (tmp_path / "xf" / "instance" / "report.md").read_text()
     assert "Mean per-agent monitor AUROC" in md
+    png = tmp_path / "xf" / "instance" / "threshold_methods.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     stops = json.loads((tmp_path / "xf" / "instance" / "stops.json").read_text())
     assert set(stops["methods"]["configured"]["0.05"]) == {r.id for r in runs}
+
+
+def test_threshold_methods_plot_draws_every_view_and_target(tmp_path):
+    from training.evaluate.crossfit_plots import plot_threshold_methods
+
+    def report(fpr):
+        row = {"fpr": fpr, "fpr_ci": [max(fpr - 0.02, 0.0), fpr + 0.02]}
+        methods = {"conformal": row, "conformal-margin2": {**row, "fpr": fpr / 2}}
+        targets = {"0.05": {"methods": methods}, "0.1": {"methods": methods}}
+        return {"groups": {"agent": {"a": {"targets": targets}, "b": {"targets": {}}}}}
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    path = plot_threshold_methods(
+        {"instance": report(0.04), "repo": report(0.2)}, tmp_path / "p.png"
+    )
+    assert path.stat().st_size > 10_000
+    assert plt.get_fignums() == before  # the figure is closed

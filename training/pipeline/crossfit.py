@@ -181,6 +181,7 @@ def run_crossfit(
     folds: int = 5,
 ) -> dict[str, Any]:
     """Encode every labelled run, cross-fit each view, write OUT/<view>/ and its report."""
+    from training.evaluate.crossfit_plots import plot_threshold_methods
     from training.evaluate.crossfit_report import crossfit_report, report_markdown
 
     out = Path(out)
@@ -210,5 +211,8 @@ def run_crossfit(
         )
         (folder / "report.json").write_text(json.dumps(report, indent=1))
         (folder / "report.md").write_text(report_markdown(report))
+        plot_threshold_methods({view: report}, folder / "threshold_methods.png")
         summary[view] = report
+    if len(summary) > 1:
+        plot_threshold_methods(summary, out / "threshold_methods.png")
     return summary
