@@ -274,13 +274,15 @@ class Session:
             step=self.k,
             flags=flags,
         )
-        extra = {
+        extra: dict[str, object] = {
             "steps": len(self.scores),
             "stop_step": self.stopped.step if self.stopped else None,
             "shadow": self.shadow,
             "scores": self.scores,
             "tokens": self.tokens,
         }
+        if self.source:
+            extra["source"] = self.source
         self.log.record(
             d,
             run=self.run,

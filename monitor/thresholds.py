@@ -119,10 +119,13 @@ class ThresholdTable(StrictModel):
         own = self.per_agent.get(agent) if agent is not None else None
         if agent is not None and own is None and self.per_agent:
             log.warning(
-                "%r has no calibrated thresholds (they are keyed by %s: %s); using the pooled ones",
+                "%r has no calibrated thresholds (they are keyed by %s: %s); %s",
                 agent,
                 self.group_by,
                 ", ".join(sorted(self.per_agent)),
+                "no stop by score (fallback none; `failfast calibrate` gives it thresholds)"
+                if self.fallback == "none"
+                else "using the pooled ones",
             )
         warn = (own or self.pooled).warn
         if own is not None and (t := own.stop_at(target)) is not None:

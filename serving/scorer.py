@@ -265,7 +265,8 @@ class Scorer:
 
         Args:
             task: the problem statement.
-            agent: agent family (thresholds are per agent; unknown -> pooled + warning).
+            agent: agent family (the threshold group when the bundle's thresholds are keyed by
+                agent; an unknown group gets the table's fallback, with a warning).
             source: the run's calibration group when the bundle's thresholds are keyed by
                 source (a name in its thresholds.json); empty: looked up by agent.
             monitor: a monitor.session.Monitor to open it from (shares its decision log);

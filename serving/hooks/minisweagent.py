@@ -65,7 +65,8 @@ def monitored(agent_cls: type) -> type:
     """Subclass a mini-swe-agent agent class so that a Monitor watches every run.
 
     The returned class takes the base class's arguments plus `monitor` (a monitor.session.Monitor),
-    `agent_name` (the agent family for thresholds, default "mini-swe-agent") and `diff_command`
+    `agent_name` (the agent family for thresholds, default "mini-swe-agent"), `source` (the
+    threshold group when the bundle's thresholds are keyed by source) and `diff_command`
     (run in the environment to capture the current diff on a stop; "" to skip).
     """
     from minisweagent.exceptions import InterruptAgentFlow
@@ -79,12 +80,14 @@ def monitored(agent_cls: type) -> type:
             *args: Any,
             monitor: Any,
             agent_name: str = "mini-swe-agent",
+            source: str = "",
             diff_command: str = "git diff",
             **kwargs: Any,
         ) -> None:
             super().__init__(*args, **kwargs)
             self.monitor = monitor
             self.agent_name = agent_name
+            self.source = source
             self.diff_command = diff_command
             self.monitor_session: Any = None
             self.decisions: list[Decision] = []
@@ -92,7 +95,7 @@ def monitored(agent_cls: type) -> type:
 
         def run(self, task: str = "", **kwargs: Any) -> dict:
             self._task = task
-            self.monitor_session = self.monitor.start(task, self.agent_name)
+            self.monitor_session = self.monitor.start(task, self.agent_name, source=self.source)
             self.decisions = []
             try:
                 return super().run(task, **kwargs)

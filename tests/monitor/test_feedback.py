@@ -75,10 +75,14 @@ def test_runs_count_in_their_source_group_when_groups_are_sources() -> None:
     assert fb.group("swe-agent") == OTHER  # by agent alone: not one of the groups
     assert fb.group("moatless-claude", source="unknown-source") == "moatless-claude"
     # a Session opened with a source reports it
-    mon = Monitor(PolicyConfig(), feedback=fb)
+    sink = io.StringIO()
+    mon = Monitor(PolicyConfig(), feedback=fb, log=DecisionLog(sink))
     sess = mon.start("t", "moatless", source="moatless-claude")
     sess.observe(Step(index=0, action="ls", observation="x"))
     assert sess.verdict(True)["group"] == "moatless-claude"
+    sess.end()
+    end = [json.loads(x) for x in sink.getvalue().splitlines() if '"end"' in x][-1]
+    assert end["source"] == "moatless-claude"  # so failfast calibrate can group logged runs
 
 
 def test_closed_runs_are_remembered_within_bounds() -> None:

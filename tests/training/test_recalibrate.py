@@ -99,7 +99,7 @@ def test_runs_from_logs_rules(tmp_path) -> None:
             end("r4", [0.1, 0.9, 0.2], stop=2, session="s4"),  # steps after the stop
             end("r5", [None, None]),  # no scores
             end("r6", [0.5, 0.6]),  # no verdict
-            end("r7", [0.5, 0.6], stop=2),  # stopped at its end, the verdict says it finished
+            end("r7", [0.5, 0.6], stop=2) | {"source": "z-src"},  # its source, as logged
             {"event": "verdict", "run": "r4", "session": "s4", "resolved": True},
             {"event": "verdict", "run": "r2", "resolved": False},
             {"event": "verdict", "run": "r3", "resolved": True},
@@ -121,6 +121,7 @@ def test_runs_from_logs_rules(tmp_path) -> None:
     assert list(by["s4"].scores["monitor"]) == [0.1, 0.9, 0.2]
     assert list(by["s4"].step_tokens) == [7, 7, 7]
     assert by["s4"].agent == "z"
+    assert (by["s4"].source, by["r7"].source) == ("z", "z-src")  # no source logged: the agent
     assert got.skipped == {
         "stop obeyed": 1,
         "no scores": 1,
@@ -237,6 +238,34 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert main([*argv3, "--out", str(out3), "--method", "conformal", "--no-progress"]) == 0
     assert load_bundle(out3).manifest["calibration"]["history"][0]["at"] == rec["at"]
     assert load_bundle(out3).calibration["earlier_calibrations"] == 1
+
+
+def test_calibrate_agent_flag_names_the_group_of_a_source_keyed_table(bundle, tmp_path) -> None:
+    from monitor.corpus import write_corpus
+    from serving.bundle import load_bundle
+    from training.cli import main
+    from training.data.records import load_records
+
+    write_corpus(new_agent_runs(), tmp_path / "corpus")
+    out = tmp_path / "b2"
+    argv = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "corpus")]
+    argv += ["--out", str(out), "--no-progress", "--replace", "--group-by", "source"]
+    argv += [
+        "--agent",
+        "my-group",
+        "--records-out",
+        str(tmp_path / "r.parquet"),
+        "--method",
+        "conformal",
+    ]
+    assert main(argv) == 0
+    assert {(r.agent, r.source) for r in load_records(tmp_path / "r.parquet")} == {
+        ("my-group", "my-group")
+    }
+    table = load_bundle(out).thresholds
+    assert table.group_by == "source"
+    assert list(table.per_agent) == ["my-group"]
+    assert table.lookup(table.group_of("anything", "my-group"), 0.1).source == "agent"
 
 
 def test_calibrate_refuses_an_uncertifiable_served_target(bundle, tmp_path, capsys) -> None:

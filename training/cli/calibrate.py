@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "logged, --data DECISIONS.jsonl with verdicts), pick per-group stop thresholds under "
             "the bundle's check schedule, and write a copy of the bundle with them and a "
             "`calibration` record. Groups present in the data get new thresholds; the others "
-            "keep theirs (--replace drops them). docs/USAGE.md, 'Calibrate on your own runs'."
+            "keep theirs (--replace drops them). docs/USAGE.md, 'Calibrate a trained bundle on your own runs'."
         ),
     )
     p.add_argument("--bundle", required=True, help="the trained bundle")
@@ -176,7 +176,10 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
         )
         data |= {"runs_read": len(runs), "runs_labelled": len(lab.runs)}
         data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
-        records += score_runs(scorer, lab.runs, progress=not args.no_progress)
+        scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
+        for rec in scored:  # --agent names the group whether the table is keyed by agent or source
+            rec.source = args.agent or rec.source
+        records += scored
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
         _check_graphs(got.starts, scorer)

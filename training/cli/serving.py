@@ -129,6 +129,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("transcript", help="transcript file being written")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
     p.add_argument("--agent", default=None, help="agent family for thresholds")
+    p.add_argument(
+        "--source",
+        default=None,
+        help="threshold group when the bundle's thresholds are keyed by source (default: the "
+        "transcript's)",
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
@@ -307,7 +313,12 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
                 return _problem(e)
         if traj is not None:
             if session is None:
-                session = monitor.start(traj.task, args.agent or traj.agent or None, run=traj.id)
+                session = monitor.start(
+                    traj.task,
+                    args.agent or traj.agent or None,
+                    run=traj.id,
+                    source=args.source or traj.source,
+                )
             for step in traj.steps[seen:]:
                 decision = session.observe(step)
                 seen += 1

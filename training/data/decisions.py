@@ -193,7 +193,7 @@ def _record(key: str, end: dict[str, Any], verdict: dict[str, Any]) -> tuple[Run
             run_id=key,
             instance_id=str(end.get("run") or key),
             agent=agent,
-            source=agent,
+            source=str(end.get("source") or agent),  # logs before sources were kept: the agent
             resolved=bool(verdict["resolved"]),
             step_tokens=np.asarray(tokens, dtype=np.int64),
             scores={"monitor": np.asarray(scores, dtype=np.float64)},
