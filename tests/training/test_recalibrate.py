@@ -246,7 +246,10 @@ def test_calibrate_agent_flag_names_the_group_of_a_source_keyed_table(bundle, tm
     from training.cli import main
     from training.data.records import load_records
 
-    write_corpus(new_agent_runs(), tmp_path / "corpus")
+    runs = new_agent_runs()
+    for r in runs:  # read from a folder: the reader names the folder as the source
+        r.source = "some-folder"
+    write_corpus(runs, tmp_path / "corpus")
     out = tmp_path / "b2"
     argv = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "corpus")]
     argv += ["--out", str(out), "--no-progress", "--replace", "--group-by", "source"]
