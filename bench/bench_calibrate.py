@@ -163,16 +163,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = scorer.bundle.thresholds
     schedule = table.schedule if table else PolicyConfig.model_validate(scorer.policy).schedule()
     method = table.method if table and table.method != "empirical" else "conformal"
+    key = table.group_by if table is not None else "agent"  # the bundle's threshold groups
     cfg = ThresholdConfig(
         targets=[args.target],
         method=method,  # type: ignore[arg-type]
         margin=args.margin,
         fallback="pooled",  # the uncalibrated row measures what the pooled fallback does
+        group_by=key,  # type: ignore[arg-type]
     )
     result: dict[str, Any] = {"target": args.target, "method": method, "new": [], "in_domain": []}
     recs = agent_records(args, scorer)
-    for agent in sorted({r.agent for r in recs}):
-        mine = [r for r in recs if r.agent == agent]
+    for agent in sorted({str(getattr(r, key)) for r in recs}):
+        mine = [r for r in recs if str(getattr(r, key)) == agent]
         result["new"].append(
             protocol(mine, agent, table, cfg, schedule, splits=args.splits, seed=args.seed)
         )
@@ -180,15 +182,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.in_domain is not None:
         files = sorted(args.in_domain.glob("*.parquet"))
         pool = [r for f in files for r in load_records(f) if "monitor" in r.scores]
-        for agent in sorted({r.agent for r in pool}):
-            mine = [r for r in pool if r.agent == agent]
+        for agent in sorted({str(getattr(r, key)) for r in pool}):
+            mine = [r for r in pool if str(getattr(r, key)) == agent]
             result["in_domain"].append(
                 protocol(mine, agent, None, cfg, schedule, splits=args.splits, seed=args.seed)
             )
         test = args.in_domain / "test.parquet"
         if test.is_file() and table is not None:
-            for agent in sorted({r.agent for r in load_records(test)}):
-                held = [r for r in load_records(test) if r.agent == agent]
+            for agent in sorted({str(getattr(r, key)) for r in load_records(test)}):
+                held = [r for r in load_records(test) if str(getattr(r, key)) == agent]
                 shipped[agent] = held_out_rates(held, table, agent, args.target)
     result["shipped_on_test"] = shipped
     print(

@@ -95,6 +95,7 @@ class Feedback:
         sample: str = "all",
         keep: int = 10_000,
         log: DecisionLog | None = None,
+        group_by: str = "agent",
     ) -> None:
         if sample not in SAMPLES:
             raise ValueError(f"sample must be one of {', '.join(SAMPLES)}, got {sample!r}")
@@ -103,6 +104,8 @@ class Feedback:
         self.sample = sample
         self.keep = int(keep)
         self.log = log
+        self.group_by = group_by
+        """What the groups name: agents, or sources (then a run's source is tried first)."""
         self.groups = sorted({str(g) for g in groups} - {OTHER}) + [OTHER]
         self.watches = {g: FprWatch(self.target, alpha=self.alpha) for g in self.groups}
         self.flagged_at: dict[str, float] = {}
@@ -120,12 +123,14 @@ class Feedback:
         table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
         if table is not None:
             groups = list(table.per_agent)
+            kwargs.setdefault("group_by", table.group_by)
         return cls(float(target), groups, **kwargs)
 
     def group(self, agent: str | None, source: str = "") -> str:
-        """The metric/watch group of a run: its source when the bundle's groups are sources,
-        else its agent name, else "other"."""
-        if source and source in self.watches:
+        """The metric/watch group of a run, as ThresholdTable.group_of picks its thresholds: its
+        source when the groups are sources and it is one, else its agent name when that is one
+        (a group named by `failfast calibrate --agent`), else "other"."""
+        if self.group_by == "source" and source and source in self.watches:
             return source
         return agent if agent in self.watches and agent is not None else OTHER
 

@@ -95,7 +95,11 @@ class Monitor:
         score_session = None
         if self.scorer is not None:
             try:
-                score_session = self.scorer.start(task, agent, source=source)
+                score_session = (  # a scorer written before sources takes (task, agent)
+                    self.scorer.start(task, agent, source=source)
+                    if source
+                    else self.scorer.start(task, agent)
+                )
             except Exception:
                 logger.exception("scorer failed to start a session; heuristics only")
         return Session(

@@ -103,8 +103,14 @@ class ThresholdTable(StrictModel):
 
     def group_of(self, agent: str, source: str = "") -> str:
         """The group name a run is looked up under: its source when the table is keyed by
-        source (and the run names one), else its agent."""
-        return source if self.group_by == "source" and source else agent
+        source and the run names one, unless that source is no group and the agent name is (a
+        group named by `failfast calibrate --agent`; readers name a transcript's folder as its
+        source); else its agent."""
+        if self.group_by != "source" or not source:
+            return agent
+        if source not in self.per_agent and agent in self.per_agent:
+            return agent
+        return source
 
     def lookup(self, agent: str | None, target: float) -> Thresholds:
         """Stop and warn thresholds of `agent` (a group name) at `target`.

@@ -136,7 +136,7 @@ def score_transcript(
     else:
         cfg = policy or PolicyConfig.model_validate(scorer.policy)
         mon = Monitor(cfg, scorer=_ReplayScorer(replay))
-    session = mon.start(traj.task, traj.agent or None, run=traj.id)
+    session = mon.start(traj.task, traj.agent or None, run=traj.id, source=traj.source)
     session.diff = traj.submission
     result = RunResult(
         scores=scores,

@@ -69,12 +69,15 @@ def test_second_verdict_is_refused_and_groups_are_bounded() -> None:
 
 
 def test_runs_count_in_their_source_group_when_groups_are_sources() -> None:
-    fb = Feedback(0.05, ["swe-agent-gpt4", "moatless-claude"])
+    fb = Feedback(0.05, ["swe-agent-gpt4", "moatless-claude"], group_by="source")
     o = RunOutcome("", "r1", "swe-agent", 10, source="swe-agent-gpt4")
     assert fb.report(o, True)["group"] == "swe-agent-gpt4"
     assert fb.group("swe-agent") == OTHER  # by agent alone: not one of the groups
     assert fb.group("moatless-claude", source="unknown-source") == "moatless-claude"
     # a Session opened with a source reports it
+    # groups that are agents: a run's source plays no part (as in the thresholds lookup)
+    by_agent = Feedback(0.05, ["a", "b"])
+    assert by_agent.group("a", source="b") == "a"
     sink = io.StringIO()
     mon = Monitor(PolicyConfig(), feedback=fb, log=DecisionLog(sink))
     sess = mon.start("t", "moatless", source="moatless-claude")

@@ -112,8 +112,11 @@ def test_threshold_methods_plot_draws_every_view_and_target(tmp_path):
     import matplotlib.pyplot as plt
 
     before = plt.get_fignums()
-    path = plot_threshold_methods(
-        {"instance": report(0.04), "repo": report(0.2)}, tmp_path / "p.png"
-    )
+    empty = report(0.04)  # a group without resolved runs: no rate, no interval
+    empty["groups"]["agent"]["b"]["targets"] = {
+        "0.05": {"methods": {"conformal": {"fpr": float("nan"), "fpr_ci": [None, None]}}}
+    }
+    reports = {"instance": report(0.04), "repo": report(0.2), "time": empty}
+    path = plot_threshold_methods(reports, tmp_path / "p.png")
     assert path.stat().st_size > 10_000
     assert plt.get_fignums() == before  # the figure is closed

@@ -263,3 +263,18 @@ def test_evaluate_command_on_saved_records(tmp_path):
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == ["roc_by_fraction.png", "score_over_steps.png", "tokens_saved_vs_fpr.png"]
     assert (tmp_path / "eval.md").read_text().startswith("Target run-level FPR 0.25")
+
+
+def test_group_of_prefers_a_known_group():
+    """A source-keyed table looks a run up by its source; a folder name that is no group does not
+    hide an agent name that is one (a group named by `failfast calibrate --agent`)."""
+    from monitor.thresholds import ThresholdTable
+
+    rng = np.random.default_rng(8)
+    val = _split(100, rng, source="s1") + _split(100, rng, agent="G", source="G")
+    th = pick_thresholds(val, schedule=Schedule(min_steps=2), targets=[0.25], group_by="source")
+    assert isinstance(th, ThresholdTable)
+    assert th.group_of("a", "s1") == "s1"
+    assert th.group_of("G", "some-folder") == "G"
+    assert th.group_of("a", "some-folder") == "some-folder"  # unknown: refused/pooled by name
+    assert th.group_of("a", "") == "a"

@@ -321,6 +321,22 @@ def test_calibrate_from_a_decision_log_and_verdicts(bundle, tmp_path, capsys) ->
     assert rec["data"]["kind"] == "decision-log"
     assert rec["data"]["log_runs"] == 29
     assert rec["groups"]["my-agent"]["resolved"] == sum(v["resolved"] for v in verdicts)
+    # with a source-keyed table the logged sources are the groups (no --agent: kept as logged)
+    src_log = tmp_path / "src.jsonl"
+    src_log.write_text(log.read_text().replace('"event": "end"', '"event": "end", "source": "s-x"'))
+    out_s = tmp_path / "b-src"
+    argv_s = [
+        "calibrate",
+        "--bundle",
+        str(bundle),
+        "--data",
+        str(src_log),
+        "--verdicts",
+        str(vfile),
+    ]
+    argv_s += ["--out", str(out_s), "--method", "conformal", "--replace", "--group-by", "source"]
+    assert main(argv_s) == 0
+    assert list(load_bundle(out_s).thresholds.per_agent) == ["s-x"]
     # the logged scores are the live KV scores: the same as whole-run scoring, to float error
     got = runs_from_logs([log], [vfile]).records[0]
     want = scorer.score_run(runs[0])

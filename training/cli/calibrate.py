@@ -183,8 +183,9 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
         _check_graphs(got.starts, scorer)
-        for rec in got.records:
-            rec.agent = rec.source = args.agent or rec.agent
+        if args.agent:  # else each logged run keeps its logged agent and source
+            for rec in got.records:
+                rec.agent = rec.source = args.agent
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(got.skipped.items())) or "none"
         print(f"decision logs: {len(got.records)} runs with a verdict; left out: {skipped}")
         data |= {"log_runs": len(got.records), "log_left_out": dict(got.skipped)}

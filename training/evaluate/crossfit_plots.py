@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,8 @@ def plot_threshold_methods(
                     if method not in got:
                         continue
                     fpr, (low, high) = 100 * got[method]["fpr"], got[method]["fpr_ci"]
+                    if low is None or high is None or not math.isfinite(fpr):
+                        continue  # no resolved runs in the group: no rate to draw
                     xs.append(a + (m - (len(methods) - 1) / 2) * width)
                     ys.append(fpr)
                     lo.append(max(fpr - 100 * low, 0.0))  # an interval need not contain the

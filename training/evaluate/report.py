@@ -134,9 +134,7 @@ def evaluate(
     sched = thresholds.schedule
     records = [r for r in records if cfg.scorer in r.scores]
     notes: list[str] = []
-    mon, used = score_stops(
-        records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer, group_by=key
-    )
+    mon, used = score_stops(records, thresholds, target=cfg.target_fpr, scorer=cfg.scorer)
     rules: dict[str, tuple[Stops, dict[str, Any]]] = {}
     for name in cfg.score_baselines:
         have = [r for r in records if name in r.scores]
@@ -146,8 +144,8 @@ def evaluate(
         st, th = matched_score_stops(records, mon, scorer=name, schedule=sched, group_by=key)
         rules[name] = (st, {"knob": "threshold", "matched_to_monitor_fpr": True, "value": th})
     if signals is not None:
-        replayed, more = rule_baselines(
-            records, mon, signals, budgets, schedule=sched, group_by=key
+        replayed, more = rule_baselines(  # budgets are keyed as the thresholds are
+            records, mon, signals, budgets, schedule=sched, group_by=thresholds.group_by
         )
         rules.update(replayed)
         notes += more
@@ -165,9 +163,9 @@ def evaluate(
     }
     info = {name: i for name, (_, i) in rules.items()}
     out: dict[str, Any] = {"target_fpr": cfg.target_fpr, "schedule": sched.model_dump()}
-    out.update(_section(records, records, stops, info, used, cfg, key))
+    out.update(_section(records, records, stops, info, used, cfg, thresholds.group_by))
     out["per_source"] = {
-        s: _section(rs, records, stops, info, used, cfg, key)
+        s: _section(rs, records, stops, info, used, cfg, thresholds.group_by)
         for s, rs in sorted(group_records(records, "source").items())
     }
     out["settings"] = {
