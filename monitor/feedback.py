@@ -123,7 +123,7 @@ class Feedback:
         table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
         if table is not None:
             groups = list(table.per_agent)
-            kwargs.setdefault("group_by", table.group_by)
+            kwargs.setdefault("group_by", getattr(table, "group_by", "agent"))
         return cls(float(target), groups, **kwargs)
 
     def group(self, agent: str | None, source: str = "") -> str:
