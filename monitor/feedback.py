@@ -30,6 +30,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
+from monitor.thresholds import group_name
 
 log = logging.getLogger("failfast.drift")
 
@@ -127,12 +128,10 @@ class Feedback:
         return cls(float(target), groups, **kwargs)
 
     def group(self, agent: str | None, source: str = "") -> str:
-        """The metric/watch group of a run, as ThresholdTable.group_of picks its thresholds: its
-        source when the groups are sources and it is one, else its agent name when that is one
-        (a group named by `failfast calibrate --agent`), else "other"."""
-        if self.group_by == "source" and source and source in self.watches:
-            return source
-        return agent if agent in self.watches and agent is not None else OTHER
+        """The metric/watch group of a run: the threshold group it is looked up under
+        (monitor.thresholds.group_name), or "other" when that is not one of the groups."""
+        name = group_name(self.watches, self.group_by, agent or "", source)
+        return name if name and name in self.watches else OTHER
 
     # --- closed runs ------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,18 @@ from monitor.config import StrictModel
 from monitor.schedule import Schedule
 
 log = logging.getLogger(__name__)
+
+
+def group_name(groups: Container[str], group_by: str, agent: str, source: str = "") -> str:
+    """The threshold group a run belongs to, given the groups that exist: its source when the
+    groups are sources and the run names one, unless that source is no group and the agent name
+    is (a group named by `failfast calibrate --agent`; readers name a transcript's folder as its
+    source); else its agent. ThresholdTable.group_of and verdict feedback both use this rule."""
+    if group_by != "source" or not source:
+        return agent
+    if source not in groups and agent in groups:
+        return agent
+    return source
 
 
 def target_key(target: float) -> str:
@@ -102,15 +115,8 @@ class ThresholdTable(StrictModel):
     target is refused for that group, warn only)."""
 
     def group_of(self, agent: str, source: str = "") -> str:
-        """The group name a run is looked up under: its source when the table is keyed by
-        source and the run names one, unless that source is no group and the agent name is (a
-        group named by `failfast calibrate --agent`; readers name a transcript's folder as its
-        source); else its agent."""
-        if self.group_by != "source" or not source:
-            return agent
-        if source not in self.per_agent and agent in self.per_agent:
-            return agent
-        return source
+        """The group name a run is looked up under (`group_name` over this table's groups)."""
+        return group_name(self.per_agent, self.group_by, agent, source)
 
     def lookup(self, agent: str | None, target: float) -> Thresholds:
         """Stop and warn thresholds of `agent` (a group name) at `target`.
