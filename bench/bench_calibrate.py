@@ -34,7 +34,7 @@ from monitor.schedule import Schedule
 from monitor.thresholds import ThresholdTable
 from training.calibrate.recalibrate import recalibrate, score_runs
 from training.config import ThresholdConfig
-from training.data.records import RunRecord, load_records, save_records
+from training.data.records import RunRecord, group_records, load_records, save_records
 
 
 def held_out_rates(
@@ -173,8 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     result: dict[str, Any] = {"target": args.target, "method": method, "new": [], "in_domain": []}
     recs = agent_records(args, scorer)
-    for agent in sorted({str(getattr(r, key)) for r in recs}):
-        mine = [r for r in recs if str(getattr(r, key)) == agent]
+    for agent, mine in sorted(group_records(recs, key).items()):
         result["new"].append(
             protocol(mine, agent, table, cfg, schedule, splits=args.splits, seed=args.seed)
         )
@@ -182,15 +181,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.in_domain is not None:
         files = sorted(args.in_domain.glob("*.parquet"))
         pool = [r for f in files for r in load_records(f) if "monitor" in r.scores]
-        for agent in sorted({str(getattr(r, key)) for r in pool}):
-            mine = [r for r in pool if str(getattr(r, key)) == agent]
+        for agent, mine in sorted(group_records(pool, key).items()):
             result["in_domain"].append(
                 protocol(mine, agent, None, cfg, schedule, splits=args.splits, seed=args.seed)
             )
         test = args.in_domain / "test.parquet"
         if test.is_file() and table is not None:
-            for agent in sorted({str(getattr(r, key)) for r in load_records(test)}):
-                held = [r for r in load_records(test) if str(getattr(r, key)) == agent]
+            for agent, held in sorted(group_records(load_records(test), key).items()):
                 shipped[agent] = held_out_rates(held, table, agent, args.target)
     result["shipped_on_test"] = shipped
     print(
