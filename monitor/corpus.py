@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
-from monitor.reading import Problem, read_runs
+from monitor.reading import Problem, Scan, read_runs
 from monitor.types import Step, Trajectory
 
 STATE_FILE = "state.json"  # what `save_to_disk` writes beside the Arrow files
@@ -89,6 +89,7 @@ class Summary:
     sources: dict[str, SourceStats] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    links_followed: int = 0  # symbolic links the walk followed (folders and files)
 
     @property
     def runs(self) -> int:
@@ -100,6 +101,7 @@ class Summary:
             "problems": [p.to_dict() for p in self.problems],
             "warnings": self.warnings,
             "runs": self.runs,
+            "links_followed": self.links_followed,
         }
 
     def table(self) -> str:
@@ -156,13 +158,20 @@ def ingest(
     out.mkdir(parents=True, exist_ok=True)
     summary = Summary()
     runs: list[Trajectory] = []
+    scanned = Scan()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for t in read_runs(
-            paths, format=format, labels=labels, problems=summary.problems, progress=progress
+            paths,
+            format=format,
+            labels=labels,
+            problems=summary.problems,
+            progress=progress,
+            scanned=scanned,
         ):
             summary.sources.setdefault(t.source, SourceStats()).add(t)
             runs.append(t)
+    summary.links_followed = scanned.links
     summary.warnings = sorted({str(w.message) for w in caught})
     for p in summary.problems:
         for s in summary.sources.values():

@@ -43,12 +43,21 @@ from monitor.textio import load_json, strip_gz
 LABEL_NAMES = frozenset(
     {"report.json", "final_report.json", "results.json", "result.json", "results_summary.json"}
 )
+REWARD_NAME = "reward.txt"  # Harbor's verifier/reward.txt; found only inside trial folders
 """File names (after `.gz`) that hold verdicts; other JSON files are tried when no reader fits."""
 
 _HARNESS_ERRORS = ("install_fail", "reset_failed", "test_errored")
 _UNRESOLVED_IDS = ("completed_ids", "unresolved_ids", "empty_patch_ids", "empty_error_patch_ids")
 _RESULTS_FOLDER = "results"
-_PRIORITY = {"swebench-instance": 0, "swebench-run": 1, "mini-summary": 2, "resolved-lists": 3}
+_PRIORITY = {
+    "harbor-trial": 0,
+    "harbor-reward": 0,
+    "swebench-instance": 0,
+    "swebench-run": 1,
+    "mini-summary": 2,
+    "resolved-lists": 3,
+    "harbor-job": 4,
+}
 
 
 @dataclass
@@ -74,16 +83,23 @@ class LabelFile:
     named: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
     explicit: bool = False
+    _cached: tuple[Path, tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
 
     def covers(self, run_path: Path) -> bool:
-        """True when the run at `run_path` (an absolute, resolved path) lies under the scope."""
+        """True when the run at `run_path` (an absolute path) lies under the scope, as written
+        or with its symbolic links resolved."""
         if self.explicit:
             return True
-        return str(run_path).startswith(self._prefix) or run_path == self.scope
+        run = str(run_path)
+        return any(run.startswith(p) or run == p[:-1] for p in self._prefixes)
 
     @property
-    def _prefix(self) -> str:
-        return os.path.join(str(self.scope), "")
+    def _prefixes(self) -> tuple[str, ...]:
+        if self._cached is None or self._cached[0] != self.scope:
+            real = os.path.realpath(self.scope)
+            both = {os.path.join(str(self.scope), ""), os.path.join(real, "")}
+            self._cached = (self.scope, tuple(sorted(both)))
+        return self._cached[1]
 
     def verdict(self, instance_id: str) -> bool | None:
         """The verdict for `instance_id` (the default when the file does not name it)."""
@@ -94,12 +110,40 @@ def _ids(x: Any) -> list[str]:
     return [i for i in x if isinstance(i, str)] if isinstance(x, list) else []
 
 
-def _scope_of_instance_report(path: Path) -> Path:
+def _scope_of_instance_report(path: Path, instance_id: str) -> Path:
+    """The folder a per-instance report labels.
+
+    - `<run>/logs/.../report.json` (the harness's `logs/run_evaluation/<run_id>/<model>/
+      <instance>/`, or `logs/<instance>/`): the folder above `logs`.
+    - `<run>/<instance>/report.json` beside the run's own files (`<instance>.traj.json`): <run>.
+    - a copy of the harness tree under another name (`<run>/eval_results/<model>/<instance>/`):
+      the nearest folder above the tree that holds the instance's run (an entry named after the
+      instance, or a `trajs/`-like folder), else the folder three levels up.
+    """
     parts = path.parent.parts
     if "logs" in parts:
         i = len(parts) - 1 - parts[::-1].index("logs")
         return Path(*parts[:i])
-    return path.parent.parent
+    folder = path.parent
+    if folder.name != instance_id or _names(folder, instance_id, skip="report.json"):
+        return folder.parent
+    above = list(folder.parents)
+    for branch, candidate in zip(above[:2], above[1:3], strict=False):
+        if _names(candidate, instance_id, skip=branch.name, containers=True):
+            return candidate
+    return above[2] if len(above) > 2 else folder.parent
+
+
+def _names(folder: Path, instance_id: str, *, skip: str, containers: bool = False) -> bool:
+    """True when `folder` has an entry (other than `skip`) named after the instance, or (with
+    `containers`) a folder of runs such as `trajs/`."""
+    from monitor.formats._layout import CONTAINERS  # labels need no reader; only this name list
+
+    try:
+        names = [e.name for e in os.scandir(folder) if not e.name.startswith(skip)]
+    except OSError:
+        return False
+    return any(n.startswith(instance_id) or (containers and n in CONTAINERS) for n in names)
 
 
 def _folder_scope(path: Path) -> Path:
@@ -133,11 +177,17 @@ def _run_report(path: Path, data: dict[str, Any]) -> LabelFile:
 
 def parse_label(path: Path, data: Any) -> LabelFile:
     """Classify parsed label JSON and read its verdicts; LabelError when no shape fits."""
-    path = Path(path).resolve()
+    path = Path(os.path.abspath(path))  # not resolve(): a label beside linked runs keeps its place
     if not isinstance(data, dict) or not data:
         raise LabelError(path, "not a label file (expected a JSON object with verdicts)")
     if _is_run_report(data):
         return _run_report(path, data)
+    if "verifier_result" in data or ("trial_name" in data and "task_name" in data):
+        return _harbor_trial(path, data)
+    if "n_total_trials" in data:
+        # A Harbor job's result.json: counts and reward stats by trial name; the trials' own
+        # result.json files carry the verdicts, so this one labels nothing.
+        return LabelFile(path, "harbor-job", path.parent)
     if isinstance(data.get("instances"), list):
         lf = LabelFile(path, "mini-summary", _folder_scope(path))
         for item in data["instances"]:
@@ -154,7 +204,9 @@ def parse_label(path: Path, data: Any) -> LabelFile:
         "tests_status" in data or "patch_exists" in data
     ):
         # A per-instance report.json without the instance-id key: the folder names the instance.
-        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path))
+        lf = LabelFile(
+            path, "swebench-instance", _scope_of_instance_report(path, path.parent.name)
+        )
         lf.verdicts[path.parent.name] = data["resolved"]
         lf.named = set(lf.verdicts)
         return lf
@@ -169,7 +221,8 @@ def parse_label(path: Path, data: Any) -> LabelFile:
         return lf
     reports = {k: v for k, v in data.items() if isinstance(v, dict) and "resolved" in v}
     if reports and len(reports) == len(data):
-        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path))
+        first = next(iter(reports))
+        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path, first))
         for iid, rep in reports.items():
             r = rep.get("resolved")
             lf.verdicts[iid] = r if isinstance(r, bool) else None
@@ -181,12 +234,47 @@ def parse_label(path: Path, data: Any) -> LabelFile:
     )
 
 
+def _harbor_trial(path: Path, data: dict[str, Any]) -> LabelFile:
+    """A Harbor trial's result.json: `verifier_result.rewards.reward` labels the trial's task."""
+    from monitor.formats.harbor import result_reward, reward_verdict, task_of
+
+    lf = LabelFile(path, "harbor-trial", path.parent)
+    task, _ = task_of(path.parent, data)
+    lf.verdicts[task] = reward_verdict(result_reward(data))
+    lf.named = {task}
+    return lf
+
+
+def _harbor_reward(path: Path) -> LabelFile:
+    """Harbor's `verifier/reward.txt` (one number; 1 = pass): labels the trial folder above."""
+    from monitor.formats.harbor import reward_verdict, task_of
+
+    trial = path.parent.parent
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError as e:
+        raise LabelError(path, f"cannot read: {e.strerror}") from e
+    try:
+        reward: float | None = float(text)
+    except ValueError:
+        raise LabelError(path, f"reward.txt does not hold a number: {text[:40]!r}") from None
+    lf = LabelFile(path, "harbor-reward", trial)
+    task, _ = task_of(trial)
+    lf.verdicts[task] = reward_verdict(reward)
+    lf.named = {task}
+    return lf
+
+
 def load_label(path: str | Path, *, explicit: bool = False) -> LabelFile:
     """Read a label file (plain or gzip); LabelError naming the file when it cannot be used.
 
     `explicit=True` (a file the user named with `--labels`) makes it label every run it names.
     """
     path = Path(path)
+    if path.name == REWARD_NAME:
+        lf = _harbor_reward(Path(os.path.abspath(path)))
+        lf.explicit = explicit
+        return lf
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -206,12 +294,15 @@ def is_label_name(path: Path) -> bool:
     return strip_gz(Path(path).name) in LABEL_NAMES
 
 
-def find_labels_near(run_path: Path, *, levels: int = 4) -> list[Path]:
-    """Label files beside a run: in its folder and up to `levels` folders above it (also the
-    SWE-bench `logs/<instance>/report.json` of those folders)."""
+def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) -> list[Path]:
+    """Label files beside a run: in its folder and up to `levels` folders above it (as written
+    and with links resolved), and the SWE-bench harness reports of `instance_id` in those
+    folders (`logs/.../<instance>/report.json`, `<tree>/<model>/<instance>/report.json`)."""
     found: list[Path] = []
-    here = Path(run_path).resolve()
-    for folder in list(here.parents)[:levels]:
+    run_path = Path(os.path.abspath(run_path))
+    folders = list(run_path.parents)[:levels]
+    folders += [f for f in list(Path(os.path.realpath(run_path)).parents)[:levels] if f not in folders]
+    for folder in folders:
         try:
             children = list(folder.iterdir())
         except OSError:
@@ -222,6 +313,9 @@ def find_labels_near(run_path: Path, *, levels: int = 4) -> list[Path]:
         logs = folder / "logs"
         if logs.is_dir():
             found.extend(p for p in logs.glob("*/report.json*") if is_label_name(p))
+        if instance_id and not any(c in instance_id for c in "*?["):
+            for pattern in (f"*/*/{instance_id}/report.json*", f"logs/*/*/*/{instance_id}/report.json*"):
+                found.extend(p for p in folder.glob(pattern) if is_label_name(p) and p not in found)
     return found
 
 
@@ -253,7 +347,7 @@ class LabelIndex:
         scope; then the kind order per-instance report > run report > summary > plain lists.
         A disagreeing file is one that also names the instance with the opposite verdict.
         """
-        run_path = Path(run_path).resolve()
+        run_path = Path(os.path.abspath(run_path))
         candidates = {id(lf): lf for lf in self._by_id.get(instance_id, []) + self._defaults}
         applicable = [lf for lf in candidates.values() if lf.covers(run_path)]
         if not applicable:

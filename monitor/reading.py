@@ -16,7 +16,8 @@ from pathlib import Path
 from types import ModuleType
 
 from monitor.errors import LabelError, TranscriptError
-from monitor.formats import FORMATS
+from monitor.formats import FORMATS, aider
+from monitor.formats._layout import generic_name
 from monitor.labels import LabelFile, LabelIndex, is_label_name, load_label
 from monitor.textio import head_bytes, strip_gz
 from monitor.types import Trajectory
@@ -42,10 +43,19 @@ class Problem:
 
 @dataclass
 class Scan:
-    """What a walk over input paths found."""
+    """What a walk over input paths found.
+
+    Attributes:
+        runs: run candidates (files and run directories).
+        labels: label files.
+        links: symbolic links followed (to folders and to files).
+        problems: links skipped (a loop, or a second link to a folder already read).
+    """
 
     runs: list[Path] = field(default_factory=list)
     labels: list[Path] = field(default_factory=list)
+    links: int = 0
+    problems: list[Problem] = field(default_factory=list)
 
 
 def detect(path: str | Path) -> ModuleType:
@@ -136,10 +146,99 @@ def _run_report(p: Path) -> bool:
     )
 
 
+def _is_md_run(p: Path) -> bool:
+    """True for a markdown file that is an Aider chat transcript (other .md files are skipped)."""
+    name = strip_gz(p.name)
+    if not name.endswith(".md"):
+        return False
+    try:
+        return aider.sniff(p, head_bytes(p, 4096))
+    except TranscriptError:
+        return False
+
+
+def _candidate(p: Path, found: Scan) -> None:
+    if is_label_name(p) or _run_report(p):
+        found.labels.append(p)
+    elif _is_md_run(p) or not _skipped(p):
+        found.runs.append(p)
+
+
+class _Walk:
+    """A walk that follows symbolic links as `find -L` does, reading each real folder once."""
+
+    def __init__(self, found: Scan, dir_formats: list[ModuleType]) -> None:
+        self.found = found
+        self.dir_formats = dir_formats
+        self.seen: dict[tuple[int, int], Path] = {}  # (device, inode) -> the path it was read as
+
+    def first_visit(self, p: Path, chain: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+        """The folder's identity when it is new; None (and a Problem) for a loop or a repeat."""
+        st = p.stat()
+        key = (st.st_dev, st.st_ino)
+        if key in chain:  # a link back to a folder above it
+            self.found.problems.append(
+                Problem(str(p), f"symbolic link loop to {os.path.realpath(p)} (skipped)")
+            )
+            return None
+        if key in self.seen:
+            self.found.problems.append(
+                Problem(str(p), f"same folder as {self.seen[key]}, already read (skipped)")
+            )
+            return None
+        self.seen[key] = p
+        return key
+
+    def run_dir(self, sub: Path) -> bool:
+        """True (and noted) when `sub` is a run directory; its label files are noted too."""
+        module = next((m for m in self.dir_formats if m.sniff(sub, b"")), None)
+        if module is None:
+            return False
+        self.found.runs.append(sub)
+        self.found.labels.extend(getattr(module, "labels_in", lambda _p: [])(sub))
+        return True
+
+    def folders(self, root: Path, key: tuple[int, int]) -> None:
+        """Collect the runs and label files under `root` (a folder visited for the first time)."""
+        stack: list[tuple[Path, tuple[tuple[int, int], ...]]] = [(root, (key,))]
+        while stack:
+            here, chain = stack.pop()
+            try:
+                entries = sorted(os.scandir(here), key=lambda e: e.name)
+            except OSError as e:
+                self.found.problems.append(Problem(str(here), f"cannot list folder: {e.strerror}"))
+                continue
+            for entry in entries:
+                sub = here / entry.name
+                link = entry.is_symlink()
+                try:
+                    is_dir = entry.is_dir()  # follows a link; False for a loop or a dangling one
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    if link and sub.exists():
+                        self.found.links += 1
+                    _candidate(sub, self.found)  # a dangling link or a loop: reported on reading
+                    continue
+                if link:
+                    self.found.links += 1
+                sub_key = self.first_visit(sub, chain)
+                if sub_key is None or self.run_dir(sub) or entry.name.startswith("."):
+                    continue
+                stack.append((sub, (*chain, sub_key)))
+
+
 def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
-    """Walk the paths: run candidates (files and run directories) and label files, sorted."""
+    """Walk the paths: run candidates (files and run directories) and label files, sorted.
+
+    Symbolic links are followed (to folders and files); each real folder is read once, under the
+    first path that reaches it; a link back to a folder above it (a loop), or a second link to a
+    folder already read, is a Problem and skipped. Paths keep the links' names: a run reached
+    through a link belongs to the folder the link is in (that folder names its source).
+    """
     found = Scan()
     dir_formats = [m for name, m in FORMATS.items() if format in (None, name)]
+    walk = _Walk(found, dir_formats)
     for root in map(Path, paths):
         if not root.exists():
             found.runs.append(root)  # read_runs reports it as a problem ("no such file")
@@ -147,25 +246,11 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
         if root.is_file():
             (found.labels if is_label_name(root) else found.runs).append(root)
             continue
-        if any(m.sniff(root, b"") for m in dir_formats):
-            found.runs.append(root)
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            here = Path(dirpath)
-            keep = []
-            for d in sorted(dirnames):
-                sub = here / d
-                if any(m.sniff(sub, b"") for m in dir_formats):
-                    found.runs.append(sub)
-                elif not d.startswith("."):
-                    keep.append(d)
-            dirnames[:] = keep
-            for name in sorted(filenames):
-                p = here / name
-                if is_label_name(p) or _run_report(p):
-                    found.labels.append(p)
-                elif not _skipped(p):
-                    found.runs.append(p)
+        if root.is_symlink():
+            found.links += 1
+        key = walk.first_visit(root, ())
+        if key is not None and not walk.run_dir(root):
+            walk.folders(root, key)
     found.runs.sort()
     found.labels.sort()
     return found
@@ -196,6 +281,7 @@ def read_runs(
     labels: Iterable[str | Path] = (),
     problems: list[Problem] | None = None,
     progress: bool = False,
+    scanned: Scan | None = None,
 ) -> Iterator[Trajectory]:
     """Read every run under `paths` and join its label (`resolved`).
 
@@ -211,6 +297,7 @@ def read_runs(
             wherever it lies (see monitor.labels).
         problems: list that collects Problems.
         progress: show a tqdm progress bar on stderr.
+        scanned: when given, receives what the walk found (runs, label files, links followed).
 
     Yields:
         Trajectories with `resolved` set from the label files; a run whose reader left
@@ -218,6 +305,10 @@ def read_runs(
     """
     problems = problems if problems is not None else []
     found = scan(paths, format)
+    problems.extend(found.problems)
+    if scanned is not None:
+        scanned.runs, scanned.labels, scanned.links = found.runs, found.labels, found.links
+        scanned.problems = found.problems
     join = _Joiner(load_labels(found.labels, problems) + load_explicit(labels, problems))
     seen: dict[str, str] = {}
     runs: Iterable[Path] = found.runs
@@ -233,7 +324,7 @@ def read_runs(
             continue
         for traj in trajs:
             if not traj.source:  # readers that do not know their layout: the folder names it
-                traj.source = (path if path.is_dir() else path.parent).resolve().name
+                traj.source = folder_source(path)
             key = f"{traj.source}|{traj.run}|{traj.id}"
             if key in seen:
                 reason = f"duplicate run {traj.id} (also read from {seen[key]}); kept the first"
@@ -243,6 +334,16 @@ def read_runs(
             join.label(traj, path, problems)
             yield traj
     join.report(problems)
+
+
+def folder_source(path: Path) -> str:
+    """The source of a run whose reader does not know its layout: the folder holding it, or
+    the first one above that is not a generic container (`agent`, `trajs`, `logs`, ...)."""
+    folder = Path(os.path.abspath(path if path.is_dir() else path.parent))
+    for p in (folder, *folder.parents):
+        if p.name and not generic_name(p.name):
+            return p.name
+    return folder.name
 
 
 def load_explicit(paths: Iterable[str | Path], problems: list[Problem]) -> list[LabelFile]:
@@ -267,14 +368,19 @@ class _Joiner:
 
     def label(self, traj: Trajectory, path: Path, problems: list[Problem]) -> None:
         """Set `traj.resolved` from the label files; note disagreements as Problems."""
-        run_path = Path(traj.path or path).resolve()
+        # The run as walked (through links) and as it really lies: a label file beside either
+        # labels it (`ln -s /data/runs/* .` puts the runs beside the label file only as links).
+        walked = Path(os.path.abspath(traj.path or path))
+        run_paths = [walked, Path(os.path.realpath(walked))]
         for named in self.index.naming(traj.instance_id):  # label files whose ids have a run
-            if named.covers(run_path):
+            if any(named.covers(p) for p in run_paths):
                 self.matched[id(named)].add(traj.instance_id)
-        verdict, lf, other = self.index.pick(run_path, traj.instance_id)
+        verdict, lf, other = self.index.pick(run_paths[0], traj.instance_id)
+        if lf is None and run_paths[1] != run_paths[0]:
+            verdict, lf, other = self.index.pick(run_paths[1], traj.instance_id)
         traj.resolved = verdict
-        if lf is None and not any(f.covers(run_path) for f in self.labels):
-            root = next((p for p in run_path.parents if p.name == traj.source), run_path.parent)
+        if lf is None and not any(f.covers(p) for f in self.labels for p in run_paths):
+            root = next((p for p in walked.parents if p.name == traj.source), walked.parent)
             self.uncovered.setdefault(str(root), []).append(traj.id)
         if lf is not None and other is not None:
             problems.append(

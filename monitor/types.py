@@ -117,6 +117,8 @@ class Trajectory:
         exit_status: the harness's exit status string when known.
         totals: run totals as reported.
         run: run/attempt name inside the source (e.g. "acr-run-2", "cost_2_1"), "" when single.
+        provenance: where the reader found the names ("instance", "source", "run" -> a file and
+            field, or a folder), for `failfast inspect`; not stored in a corpus.
     """
 
     id: str
@@ -133,6 +135,7 @@ class Trajectory:
     exit_status: str = ""
     totals: Totals = field(default_factory=Totals)
     run: str = ""
+    provenance: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def total_tokens(self) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from monitor.formats import (
+    aider,
     atif,
     autocoderover,
     claude_code,
     codex,
+    harbor,
     minisweagent,
     moatless,
     openhands,
@@ -27,11 +29,13 @@ FORMATS: dict[str, ModuleType] = {
         minisweagent,
         sweagent,
         autocoderover,
+        harbor,
         openhands,
         openhands_completions,
         moatless,
         claude_code,
         codex,
+        aider,
         atif,
     )
 }

@@ -240,7 +240,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary.table())
-    print(f"{summary.runs} runs, {len(summary.problems)} problems, "
+    links = f", {summary.links_followed} symbolic link(s) followed" if summary.links_followed else ""
+    print(f"{summary.runs} runs, {len(summary.problems)} problems{links}, "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip
     if summary.runs == 0:
         print("error: no run could be read", file=sys.stderr)
@@ -255,34 +256,51 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     from monitor.errors import FailfastError
     from monitor.labels import LabelIndex, find_labels_near, load_label
-    from monitor.reading import read_trajectory
+    from monitor.reading import detect, read_trajectory
 
     try:
         traj = read_trajectory(Path(args.file), args.format)
     except (FailfastError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    run_path = Path(traj.path or args.file)
+    near = find_labels_near(run_path, instance_id=traj.instance_id)
+    if run_path.is_dir():  # a run directory may hold its own verdict (Harbor's result.json)
+        near += getattr(detect(run_path), "labels_in", lambda _p: [])(run_path)
     labels = []
-    for p in find_labels_near(Path(traj.path or args.file)):
+    for p in near:
         try:
             labels.append(load_label(p))
         except FailfastError:
             continue
-    verdict, label_file, _ = LabelIndex(labels).pick(
-        Path(traj.path or args.file).resolve(), traj.instance_id
-    )
+    index = LabelIndex(labels)
+    verdict, label_file, _ = index.pick(run_path.absolute(), traj.instance_id)
+    if label_file is None and run_path.resolve() != run_path.absolute():
+        verdict, label_file, _ = index.pick(run_path.resolve(), traj.instance_id)
     traj.resolved = verdict
     if args.json:
         print(json.dumps(traj.to_dict(), indent=1, default=str))
         return 0
     estimated = sum(s.tokens_estimated for s in traj.steps)
     label = {True: "resolved", False: "unresolved", None: "unknown"}[verdict]
+    source_dir = next((p for p in run_path.absolute().parents if p.name == traj.source), None)
+    found = traj.provenance
     print(f"format:   {traj.format}")
     print(f"agent:    {traj.agent}  model: {traj.model or '?'}")
-    print(f"run:      {traj.id}  (source {traj.source or '-'}, run {traj.run or '-'})")
-    print(f"instance: {traj.instance_id}")
+    print(f"run:      {traj.id}  (run {traj.run or '-'}" + (
+        f", from {found['run']})" if "run" in found else ")"))  # fmt: skip
+    print(f"instance: {traj.instance_id}  (from "
+          + found.get("instance", f"the {traj.format} transcript {run_path}") + ")")  # fmt: skip
+    print(f"source:   {traj.source or '-'}  (from "
+          + found.get("source", f"the folder {source_dir or run_path.parent}") + ")")  # fmt: skip
     print(f"exit:     {traj.exit_status or '-'}")
-    print(f"label:    {label}" + (f"  ({label_file.path})" if label_file else ""))
+    where = (
+        f"  (from {label_file.path}, {label_file.kind}"
+        + (", names the instance)" if traj.instance_id in label_file.verdicts else ", default)")
+        if label_file
+        else f"  (no label file beside the run names {traj.instance_id})"
+    )
+    print(f"label:    {label}{where}")
     print(f"steps:    {len(traj.steps)}  errors: {sum(s.is_error for s in traj.steps)}")
     print(
         f"tokens:   {traj.total_tokens} (in {sum(s.tokens_in for s in traj.steps)}, "
