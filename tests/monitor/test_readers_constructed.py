@@ -23,6 +23,8 @@ CONSTRUCTED = {
     "claude_code_constructed_loop.jsonl": "claude-code",
     "codex_constructed_exec.jsonl": "codex",
     "atif_constructed_v1.json": "atif",
+    "aider_constructed_harness.md": "aider",
+    "aider_constructed_history.md": "aider",
 }
 
 

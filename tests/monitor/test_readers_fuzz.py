@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -167,10 +168,10 @@ def _real_seeds(data_dir: Path) -> list[Path]:
 
 def _mutated_copy(src: Path, dst_dir: Path, seed: int, op: str, compress: bool) -> Path:
     rng = random.Random(seed)
-    if src.is_dir():  # a task directory: mutate one of its files
+    if src.is_dir():  # a run directory (ACR task, Harbor trial): mutate one of its files
         dst = dst_dir / src.name
         shutil.copytree(src, dst)
-        files = sorted(p for p in dst.iterdir() if p.is_file())
+        files = sorted(p for p in dst.rglob("*") if p.is_file())
         victim = rng.choice(files)
         _write(victim, _mutate_text(_plain(victim), rng, op), compress)
         return dst
@@ -266,3 +267,83 @@ def test_mutated_inputs_many(
     seeds = real_seeds + [FIXTURES / n for n in CONSTRUCTED]
     with tempfile.TemporaryDirectory() as tmp:
         _check(_mutated_copy(seeds[which % len(seeds)], Path(tmp), seed, op, compress))
+
+
+# --- label files and the folder walk (issue 21: Harbor, SWE-bench harness trees, links) -------
+
+LABEL_SEEDS: dict[str, bytes] = {
+    "result.json": (FIXTURES / "harbor_constructed_trial" / "result.json").read_bytes(),
+    "reward.txt": b"1\n",
+    "report.json": json.dumps(
+        {"astropy__astropy-12907": {"resolved": True, "patch_exists": True, "tests_status": {}}}
+    ).encode(),
+    "results.json": json.dumps({"resolved": ["a__a-1"], "no_generation": ["b__b-2"]}).encode(),
+    "results_summary.json": json.dumps(
+        {"instances": [{"instance_id": "a__a-1", "resolved": True}]}
+    ).encode(),
+}
+
+
+@FAST
+@given(
+    name=st.sampled_from(sorted(LABEL_SEEDS)),
+    seed=st.integers(0, 2**32 - 1),
+    op=st.sampled_from(OPS),
+    compress=st.booleans(),
+)
+def test_mutated_label_files(name: str, seed: int, op: str, compress: bool) -> None:
+    """A label file, however broken, gives a LabelFile or a LabelError naming it; ingest of its
+    folder never raises."""
+    from monitor.errors import LabelError
+    from monitor.labels import LabelFile, load_label
+    from monitor.reading import Problem, read_runs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trial = Path(tmp) / "job" / "task-a__t1"  # a Harbor trial folder around it
+        (trial / "verifier").mkdir(parents=True)
+        (trial / "agent").mkdir()
+        shutil.copy(FIXTURES / "atif_constructed_v1.json", trial / "agent" / "trajectory.json")
+        (trial / "config.json").write_text(json.dumps({"trial_name": trial.name, "task": {}}))
+        where = trial / "verifier" if name == "reward.txt" else trial
+        path = where / (name + (".gz" if compress and name != "reward.txt" else ""))
+        data = _mutate_text(LABEL_SEEDS[name], random.Random(seed), op)
+        _write(path, data, compress and name != "reward.txt")
+        try:
+            assert isinstance(load_label(path), LabelFile)
+        except LabelError as e:
+            assert str(path) in str(e)
+        problems: list[Problem] = []
+        runs = list(read_runs([Path(tmp)], problems=problems))
+        assert all(isinstance(t, Trajectory) for t in runs)
+        assert all(isinstance(p.reason, str) and p.path for p in problems)
+
+
+@FAST
+@given(
+    links=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 6)), min_size=0, max_size=8
+    ),
+    runs_in=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+)
+def test_random_symlink_trees_end_and_read_each_folder_once(
+    links: list[tuple[int, int]], runs_in: list[int]
+) -> None:
+    """Links anywhere (loops, repeats, dangling): the walk ends, every run is read once."""
+    from monitor.reading import Problem, Scan, read_runs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "root"
+        dirs = [root, root / "a", root / "a" / "b", root / "c", root / "c" / "d", root / "e"]
+        for d in dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        for n, i in enumerate(sorted(set(runs_in))):
+            shutil.copy(FIXTURES / "codex_constructed_exec.jsonl", dirs[i] / f"run{n}.jsonl")
+        for n, (at, to) in enumerate(links):
+            target = dirs[to] if to < len(dirs) else Path(tmp) / "nowhere"
+            (dirs[at] / f"link{n}").symlink_to(target, target_is_directory=True)
+        scanned = Scan()
+        problems: list[Problem] = []
+        runs = list(read_runs([root], problems=problems, scanned=scanned))
+        real = [os.path.realpath(t.path) for t in runs]
+        assert len(real) == len(set(real)) == len(set(runs_in))
+        assert scanned.links <= len(links)
