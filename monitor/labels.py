@@ -51,7 +51,7 @@ _UNRESOLVED_IDS = ("completed_ids", "unresolved_ids", "empty_patch_ids", "empty_
 _RESULTS_FOLDER = "results"
 _PRIORITY = {
     "harbor-trial": 0,
-    "harbor-reward": 0,
+    "harbor-reward": 1,  # verifier/reward.txt: after the result.json beside it
     "swebench-instance": 0,
     "swebench-run": 1,
     "mini-summary": 2,
@@ -204,9 +204,7 @@ def parse_label(path: Path, data: Any) -> LabelFile:
         "tests_status" in data or "patch_exists" in data
     ):
         # A per-instance report.json without the instance-id key: the folder names the instance.
-        lf = LabelFile(
-            path, "swebench-instance", _scope_of_instance_report(path, path.parent.name)
-        )
+        lf = LabelFile(path, "swebench-instance", _scope_of_instance_report(path, path.parent.name))
         lf.verdicts[path.parent.name] = data["resolved"]
         lf.named = set(lf.verdicts)
         return lf
@@ -301,7 +299,9 @@ def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) 
     found: list[Path] = []
     run_path = Path(os.path.abspath(run_path))
     folders = list(run_path.parents)[:levels]
-    folders += [f for f in list(Path(os.path.realpath(run_path)).parents)[:levels] if f not in folders]
+    folders += [
+        f for f in list(Path(os.path.realpath(run_path)).parents)[:levels] if f not in folders
+    ]
     for folder in folders:
         try:
             children = list(folder.iterdir())
@@ -314,7 +314,10 @@ def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) 
         if logs.is_dir():
             found.extend(p for p in logs.glob("*/report.json*") if is_label_name(p))
         if instance_id and not any(c in instance_id for c in "*?["):
-            for pattern in (f"*/*/{instance_id}/report.json*", f"logs/*/*/*/{instance_id}/report.json*"):
+            for pattern in (
+                f"*/*/{instance_id}/report.json*",
+                f"logs/*/*/*/{instance_id}/report.json*",
+            ):
                 found.extend(p for p in folder.glob(pattern) if is_label_name(p) and p not in found)
     return found
 

@@ -52,12 +52,15 @@ NAME = "aider"
 
 HISTORY = ".aider.chat.history.md"
 _SESSION = re.compile(r"^# aider chat started at (.*)$")
-_SNIFF = re.compile(rb"^\s*# aider chat started at ", re.M)
+_OPENING = b"# aider chat started at "
 _MODEL = re.compile(r"^(?:Main )?[Mm]odels?: (\S+)")
 _OLD_TOKENS = re.compile(
-    r"([\d,]+) prompt tokens, ([\d,]+) completion tokens(?:, \$([\d.]+) cost)?"
+    r"(?<![\d,])([\d,]+) prompt tokens, ([\d,]+) completion tokens(?:, \$([\d.]+) cost)?"
 )
-_NEW_TOKENS = re.compile(r"Tokens: ([\d.,]+)(k?) sent.*?([\d.,]+)(k?) received(?:\. Cost: \$([\d.]+))?")
+_NEW_TOKENS = re.compile(
+    r"Tokens: ([\d.,]+)(k?) sent[^\n]{0,200}?(?<![\d.,])([\d.,]+)(k?) received"
+    r"(?:\. Cost: \$([\d.]+))?"
+)
 _FILE_LINE = re.compile(r"^\s*([\w./\\-]+\.[\w]+)\s*$")
 _FORMAT_ERROR = re.compile(
     r"did not conform to the edit format|SearchReplaceNoExactMatch|"
@@ -66,7 +69,7 @@ _FORMAT_ERROR = re.compile(
 )
 _ERROR = re.compile(
     r"# Fix any errors below|^FAILED |^ERROR |Traceback \(most recent call last\)|"
-    r"\d+ failed\b|Failed to apply edit|^\S+:\d+:\d+: [EF]\d+ ",
+    r"(?<!\d)\d+ failed\b|Failed to apply edit|^\S+:\d+:\d+: [EF]\d+ ",
     re.M,
 )
 
@@ -75,7 +78,7 @@ def sniff(path: Path, head: bytes) -> bool:
     """True for markdown that opens an aider session (`# aider chat started at`)."""
     if not strip_gz(Path(path).name).endswith(".md"):
         return False
-    return _SNIFF.search(head[:8192]) is not None
+    return any(line.lstrip().startswith(_OPENING) for line in head[:8192].splitlines())
 
 
 @dataclass

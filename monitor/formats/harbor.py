@@ -145,4 +145,3 @@ def read(path: Path) -> Trajectory:
         "run": f"trial id of {path.name}",
     }
     return traj
-

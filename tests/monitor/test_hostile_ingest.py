@@ -28,7 +28,8 @@ def test_symlink_loops_are_problems_and_the_rest_is_ingested(fixtures_dir, tmp_p
         "a": "symbolic link loop (skipped)",
         "b": "symbolic link loop (skipped)",
         "dangling": "broken symbolic link to 'nowhere' (skipped)",
-        "runs": "2 run(s) that no label file covers (no verdict): "
+        # `runs` is a container name, never a source: the folder above it names the source
+        tmp_path.name: "2 run(s) that no label file covers (no verdict): "
         "0199a213-81c0-7800-8aa1-bbab2a035a53, 9a7e0f44-1d2b-4b3a-8c55-7e6f1a2b3c4d",
     }
     # the CLI: exit 0 (runs were read), the corpus written, the problems listed

@@ -164,7 +164,8 @@ def test_aider_harness_transcripts_with_results_json(tmp_path: Path) -> None:
     assert sum(s.kind == "format_error" for s in steps) == 1
     assert any(s.is_error and "F821" in s.observation for s in steps)
     assert runs[0].model == "gpt-4o"
-    assert steps[0].tokens_in == 14711 and not steps[0].tokens_estimated
+    assert steps[0].tokens_in == 14711
+    assert not steps[0].tokens_estimated
 
 
 def test_aider_chat_history_sessions_are_runs(tmp_path: Path) -> None:
@@ -177,10 +178,13 @@ def test_aider_chat_history_sessions_are_runs(tmp_path: Path) -> None:
         ("myrepo", "session-2", 1),
     ]
     first = runs[0].steps
-    assert first[0].tokens_in == 2100 and first[0].tokens_out == 95
+    assert first[0].tokens_in == 2100
+    assert first[0].tokens_out == 95
     # the user's /test after the edit failed: the edit's observation says so
-    assert first[0].is_error and "1 failed, 2 passed" in first[0].observation
-    assert not first[1].is_error and first[1].cost_usd == 0.009
+    assert first[0].is_error
+    assert "1 failed, 2 passed" in first[0].observation
+    assert not first[1].is_error
+    assert first[1].cost_usd == 0.009
 
 
 def _linked_data_set(tmp_path: Path, n: int) -> tuple[Path, Path]:
@@ -237,7 +241,8 @@ def test_symlinked_run_folders_ingest_once_with_loops_reported(tmp_path: Path) -
     assert scanned.links == 6  # four run folders, `again` and `loop`
     reasons = sorted(p.reason for p in problems)
     assert len(reasons) == 2, reasons
-    assert reasons[0].startswith("same folder as") and "already read" in reasons[0]
+    assert reasons[0].startswith("same folder as")
+    assert "already read" in reasons[0]
     assert reasons[1].startswith("symbolic link loop")
 
 
@@ -246,7 +251,8 @@ def test_symlinked_data_set_ingest_counts_links(tmp_path: Path, capsys) -> None:
     _, ds = _linked_data_set(tmp_path, 6)
     assert main(["ingest", str(ds), "--out", str(tmp_path / "corpus")]) == 0
     out = capsys.readouterr().out
-    assert "6 runs" in out and "6 symbolic link(s) followed" in out
+    assert "6 runs" in out
+    assert "6 symbolic link(s) followed" in out
     written = json.loads((tmp_path / "corpus" / "summary.json").read_text())
     assert written["links_followed"] == 6
     assert written["sources"]["my-dataset"]["resolved"] == 3
@@ -258,6 +264,9 @@ def test_inspect_shows_where_names_and_verdict_came_from(tmp_path: Path, capsys)
     d = _harbor_trial(job, "hello-world", "AbCd123", 1.0)
     assert main(["inspect", str(d), "--steps", "0"]) == 0
     out = capsys.readouterr().out
-    assert "instance: hello-world" in out and "task_name" in out
-    assert "source:   job-7" in out and "Harbor job folder" in out
-    assert "label:    resolved" in out and "result.json" in out
+    assert "instance: hello-world" in out
+    assert "task_name" in out
+    assert "source:   job-7" in out
+    assert "Harbor job folder" in out
+    assert "label:    resolved" in out
+    assert "result.json" in out

@@ -240,7 +240,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary.table())
-    links = f", {summary.links_followed} symbolic link(s) followed" if summary.links_followed else ""
+    links = (
+        f", {summary.links_followed} symbolic link(s) followed" if summary.links_followed else ""
+    )
     print(f"{summary.runs} runs, {len(summary.problems)} problems{links}, "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip
     if summary.runs == 0:
