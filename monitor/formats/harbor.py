@@ -123,6 +123,7 @@ def read(path: Path) -> Trajectory:
     traj.run = trial
     traj.id = run_id(source, trial, task)
     traj.path = str(path)
+    traj.format = NAME  # the reader that was asked (`--format harbor`); the steps are ATIF's
     traj.agent = as_str(info.get("name")) or as_str(agent_cfg.get("name")) or traj.agent
     traj.model = (
         as_str(agent_cfg.get("model_name"))

@@ -120,7 +120,10 @@ def test_harbor_job_folder(tmp_path: Path) -> None:
         ("tb2-gpt5", "hello-world", "AbCd123", True),
         ("tb2-gpt5", "hello-world", "ZyXw987", False),
     ]
-    assert all(t.agent == "terminus-2" and t.model == "openai/gpt-5" for t in runs)
+    assert all(t.agent == "terminus-2" for t in runs)
+    assert all(t.model == "openai/gpt-5" for t in runs)
+    assert {t.format for t in runs} == {"harbor"}
+    assert all(t.totals.cost_usd is not None for t in runs)
     assert [p.reason for p in problems if "result.json" in p.path] == []
 
 
