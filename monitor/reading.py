@@ -243,11 +243,11 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
         if not root.exists():
             found.runs.append(root)  # read_runs reports it as a problem ("no such file")
             continue
+        if root.is_symlink():
+            found.links += 1
         if root.is_file():
             (found.labels if is_label_name(root) else found.runs).append(root)
             continue
-        if root.is_symlink():
-            found.links += 1
         key = walk.first_visit(root, ())
         if key is not None and not walk.run_dir(root):
             walk.folders(root, key)

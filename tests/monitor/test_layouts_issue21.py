@@ -127,6 +127,21 @@ def test_harbor_job_folder(tmp_path: Path) -> None:
     assert [p.reason for p in problems if "result.json" in p.path] == []
 
 
+def test_harbor_trial_without_atif_is_reported_and_its_verdict_names_no_run(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job"
+    _harbor_trial(job, "ok-task", "t1", 1.0)
+    broken = _harbor_trial(job, "lost-task", "t2", 0.0)
+    (broken / "agent" / "trajectory.json").unlink()  # the agent wrote no ATIF
+    runs, problems = _read(job)
+    assert [t.instance_id for t in runs] == ["ok-task"]
+    reasons = {Path(p.path).name: p.reason for p in problems}
+    assert "wrote no ATIF" in reasons[broken.name]
+    assert reasons["result.json"] == "names 1 instance(s) with no run here: lost-task"
+    assert len(problems) == 3  # the folder, its result.json and its reward.txt
+
+
 def test_harbor_reward_txt_alone_and_disagreement(tmp_path: Path) -> None:
     job = tmp_path / "job"
     d = _harbor_trial(job, "sqlite", "t1", 1.0)
