@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import LabelError, TranscriptError
+from monitor.formats._layout import CONTAINERS
+from monitor.formats.harbor import result_reward, reward_verdict, task_of
 from monitor.textio import load_json, strip_gz
 
 LABEL_NAMES = frozenset(
@@ -137,8 +139,6 @@ def _scope_of_instance_report(path: Path, instance_id: str) -> Path:
 def _names(folder: Path, instance_id: str, *, skip: str, containers: bool = False) -> bool:
     """True when `folder` has an entry (other than `skip`) named after the instance, or (with
     `containers`) a folder of runs such as `trajs/`."""
-    from monitor.formats._layout import CONTAINERS  # labels need no reader; only this name list
-
     try:
         names = [e.name for e in os.scandir(folder) if not e.name.startswith(skip)]
     except OSError:
@@ -234,8 +234,6 @@ def parse_label(path: Path, data: Any) -> LabelFile:
 
 def _harbor_trial(path: Path, data: dict[str, Any]) -> LabelFile:
     """A Harbor trial's result.json: `verifier_result.rewards.reward` labels the trial's task."""
-    from monitor.formats.harbor import result_reward, reward_verdict, task_of
-
     lf = LabelFile(path, "harbor-trial", path.parent)
     task, _ = task_of(path.parent, data)
     lf.verdicts[task] = reward_verdict(result_reward(data))
@@ -245,8 +243,6 @@ def _harbor_trial(path: Path, data: dict[str, Any]) -> LabelFile:
 
 def _harbor_reward(path: Path) -> LabelFile:
     """Harbor's `verifier/reward.txt` (one number; 1 = pass): labels the trial folder above."""
-    from monitor.formats.harbor import reward_verdict, task_of
-
     trial = path.parent.parent
     try:
         text = path.read_text(errors="replace").strip()

@@ -27,7 +27,9 @@ _SKIP_SUFFIXES = (
     ".diff", ".patch", ".txt", ".log", ".md", ".rst", ".tsv", ".csv", ".sh", ".py",
     ".yaml", ".yml", ".toml", ".html", ".png", ".lock", ".parquet",
 )  # fmt: skip
-_SKIP_NAMES = frozenset({"preds.json", "all_preds.jsonl", "summary.json", "PROVENANCE", "LICENSE"})
+_SKIP_NAMES = frozenset(
+    {"preds.json", "all_preds.jsonl", "summary.json", "PROVENANCE", "LICENSE", "config.json"}
+)  # config.json: a harness's settings (a Harbor job's), never a run
 
 
 @dataclass
