@@ -138,6 +138,8 @@ class TranscriptWatch:
         self.ended = False
         self._mark: FileMark | None = None
         self._pending_why = ""  # why the last run ended, told when the next one starts
+        self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
+        """Steps, tokens and dollars of every step observed, over all runs at this path."""
 
     def poll(self) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
@@ -176,8 +178,11 @@ class TranscriptWatch:
             self._start(traj, why)
         out = []
         for step in traj.steps[self.seen :]:
+            self.seen += 1  # before observing: a session that raises must not see it again
+            self.totals["steps"] += 1
+            self.totals["tokens"] += step.tokens
+            self.totals["dollars"] += step.cost_usd or 0.0
             out.append(self.session.observe(step))
-            self.seen += 1
         return out
 
     def _replaced(self, why: str, mark: FileMark) -> None:

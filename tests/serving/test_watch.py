@@ -69,7 +69,8 @@ def test_replaced_transcript_is_a_new_run(fixtures_dir, tmp_path, how):
             f.write(new)
     decisions = watch.poll()
     watch.end()
-    assert decisions and decisions[0].step == 1  # counted from the new run's first step
+    assert decisions
+    assert decisions[0].step == 1  # counted from the new run's first step
     assert watch.runs == [
         "9a7e0f44-1d2b-4b3a-8c55-7e6f1a2b3c4d",
         "3f1c2a9e-5b7d-4c11-9e0a-0c2b7d4e8f10",
