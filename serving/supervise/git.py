@@ -58,7 +58,7 @@ def snapshot(workdir: Path) -> Snapshot:
     with tempfile.TemporaryDirectory(prefix="failfast-git-") as tmp:
         tmp_index = Path(tmp) / "index"
         if index.exists():
-            shutil.copyfile(index, tmp_index)
+            shutil.copy2(index, tmp_index)  # its mtime too: git's racy-clean check needs it
         env = {"GIT_INDEX_FILE": str(tmp_index)}
         _git(workdir, "add", "-A", env=env)
         tree = _git(workdir, "write-tree", env=env).strip()
