@@ -227,12 +227,13 @@ class Supervisor:
         except Exception as e:  # noqa: BLE001 - the end record is logging only
             errors.append(f"end record: {e!r}")
         proc, self._proc = self._proc, None
+        shown = stop if stop is not None else final
         record.update(
             ended=_now(),
             exit_code=proc.returncode,
             stopped=stop is not None,
-            reason=stop.reason if stop is not None else (final.reason if final else None),
-            score=(stop or final).score if (stop or final) is not None else None,
+            reason=shown.reason if shown is not None else None,
+            score=shown.score if shown is not None else None,
             steps=int(watch.totals["steps"]),
             tokens=int(watch.totals["tokens"]),
             dollars=round(watch.totals["dollars"], 6),
