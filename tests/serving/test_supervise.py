@@ -206,3 +206,32 @@ def test_budget_file_from_fit_budget(tmp_path):
     assert b.new_warnings({"steps": 30, "tokens": 10}) == ["steps 30 is 75% of max_steps 40"]
     assert b.new_warnings({"steps": 31, "tokens": 10}) == []  # once per budget
     assert b.hit({"steps": 10, "tokens": 1000})[0] == "token_budget"
+
+
+def test_cli_watch_does_not_splice_a_rotated_file(bundle, fixtures_dir, tmp_path):
+    """`failfast watch` following a file that is replaced by another run (issue 25, item 5)."""
+    path = tmp_path / "live.jsonl"
+    log = tmp_path / "decisions.jsonl"
+    shutil.copyfile(fixtures_dir / "claude_code_constructed_session.jsonl", path)
+    cmd = [sys.executable, "-m", "training.cli", "watch", "--bundle", str(bundle), str(path)]
+    cmd += ["--interval", "0.2", "--idle", "4", "--decision-log", str(log)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the first run's 5 steps are scored
+        if log.exists() and log.read_text().count('"event": "observe"') >= 5:
+            break
+        time.sleep(0.2)
+    new = tmp_path / "rotated.jsonl"
+    shutil.copyfile(fixtures_dir / "claude_code_constructed_stream.jsonl", new)
+    os.replace(new, path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    steps = [json.loads(x)["step"] for x in out.splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 6, 7]  # the new run counted from its start
+    ends = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("event") == "end"]
+    assert [(e["run"], e["steps"]) for e in ends] == [
+        ("5e0d8c1b-2a3f-4e6d-9b8a-1c2d3e4f5a6b", 5),
+        ("3f1c2a9e-5b7d-4c11-9e0a-0c2b7d4e8f10", 7),
+    ]
+    assert "new inode" in err
