@@ -242,3 +242,24 @@ def test_cli_watch_does_not_splice_a_rotated_file(bundle, fixtures_dir, tmp_path
         ("3f1c2a9e-5b7d-4c11-9e0a-0c2b7d4e8f10", 7),
     ]
     assert "new inode" in err
+
+
+def test_url_mode_stops_through_a_running_service(bundle, repo, tmp_path):
+    """--url: live sessions in `failfast serve` (POST /v1/sessions, steps, DELETE)."""
+    from tests.bundle_helpers import serve
+
+    service = serve(bundle, tmp_path / "serve.log")
+    url = next(service)
+    try:
+        p, body, seen, _, _ = _supervise(
+            tmp_path, repo, ["--url", url], "loop", "--max-attempts", "1"
+        )
+    finally:
+        next(service, None)  # stops the service
+    assert p.returncode == 1, p.stderr
+    a = body["attempts"][0]
+    assert a["stopped"] is True
+    assert a["reason"] == "stuck_pattern"
+    assert a["monitor_errors"] == 0
+    assert a["steps"] < 20
+    assert len(seen) == 1
