@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from training.cli import calibrate, experiments, monitor, serving, training
+from training.cli import calibrate, experiments, monitor, serving, supervise, training
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.register(sub)
     experiments.register(sub)
     serving.register(sub)
+    supervise.register(sub)
     return parser
 
 

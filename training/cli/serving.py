@@ -141,6 +141,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--once", action="store_true", help="process what is there now and exit")
     p.add_argument(
+        "--on-replace",
+        choices=["new", "stop"],
+        default="new",
+        help="when the file is truncated or replaced by another run (inode, size, first line): "
+        "end the run and score the new one as a new run (new), or exit 2 (stop)",
+    )
+    p.add_argument(
         "--decision-log",
         default=None,
         metavar="FILE",
@@ -293,42 +300,47 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
 
 def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-def]
     """Read the transcript every --interval seconds; a decision per new step (the end record is
-    logged when the watch ends)."""
+    logged when the watch ends). A replaced or truncated file starts a new run (serving.watch)."""
     import time
 
     from monitor.errors import TranscriptError, TranscriptTooLarge
     from monitor.textio import json_safe
+    from serving.watch import TranscriptReplaced, TranscriptWatch
 
-    session = None
-    seen = 0
+    def new_run(run: str, why: str) -> None:
+        if why:
+            print(f"failfast watch: {why}; new run {run!r}", file=sys.stderr, flush=True)
+
+    watch = TranscriptWatch(
+        args.transcript,
+        monitor,
+        fmt=args.format,
+        agent=args.agent,
+        source=args.source,
+        max_bytes=args.max_bytes,
+        max_steps=args.max_steps,
+        on_replace=args.on_replace,
+        on_new_run=new_run,
+    )
     last_growth = time.monotonic()
-    while True:
-        try:
-            traj = _read_limited(args)
-        except TranscriptTooLarge as e:
-            return _problem(e)
-        except TranscriptError as e:
-            traj = None
-            if args.once:
+    try:
+        while True:
+            try:
+                decisions = watch.poll()
+            except (TranscriptTooLarge, TranscriptReplaced) as e:
                 return _problem(e)
-        if traj is not None:
-            if session is None:
-                session = monitor.start(
-                    traj.task,
-                    args.agent or traj.agent or None,
-                    run=traj.id,
-                    source=args.source or traj.source,
-                )
-            for step in traj.steps[seen:]:
-                decision = session.observe(step)
-                seen += 1
+            if args.once and watch.traj is None:
+                try:  # say why the file could not be read
+                    _read_limited(args)
+                except TranscriptError as e:
+                    return _problem(e)
+            for decision in decisions:
                 last_growth = time.monotonic()
                 print(json.dumps(json_safe(decision.to_dict())), flush=True)
                 if decision.stop:
-                    session.end()
                     return 1
-        if args.once or time.monotonic() - last_growth > args.idle:
-            if session is not None:
-                session.end()
-            return 0
-        time.sleep(args.interval)
+            if args.once or time.monotonic() - last_growth > args.idle:
+                return 0
+            time.sleep(args.interval)
+    finally:
+        watch.end()

@@ -1,0 +1,196 @@
+"""OpenHands SDK integration: a conversation callback that feeds each event to a monitor session
+and pauses the conversation on a stop (restart packet as with the other hooks).
+
+Against the OpenHands SDK (`openhands-sdk` 1.x, Python >= 3.12): `Conversation(agent=...,
+callbacks=[hook])` calls `hook(event)` for every event; an `ActionEvent` (a tool call) is paired
+with the `ObservationEvent` / `AgentErrorEvent` / `UserRejectObservation` that answers it (by
+`action_id`) into one Step; agent `MessageEvent`s are message steps. On a stop the hook writes the
+restart packet and calls `conversation.pause()`: the run loop ends before the next step.
+
+    from serving.hooks.openhands import OpenHandsHook
+    hook = OpenHandsHook(Monitor(policy, scorer=Scorer.load(bundle)), task, restart_path="x.restart.json",
+                         workdir="/path/to/repo")
+    conversation = Conversation(agent=agent, workspace="/path/to/repo", callbacks=[hook])
+    hook.attach(conversation)
+    conversation.send_message(task); conversation.run()
+    hook.stopped                       # the stop Decision, or None; hook.end() logs the end record
+
+Nothing here imports the SDK: events are read by their class names and documented fields, so
+this module imports (and its tests of the pairing run) without it. A failing monitor never
+stops the conversation (`monitor_error`, logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from monitor.types import Decision, Step
+
+log = logging.getLogger(__name__)
+
+AGENT = "openhands"
+_ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
+
+
+def _text(x: Any) -> str:
+    """Text of an SDK content list (TextContent items), a string, or an Observation."""
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return x
+    text = getattr(x, "text", None)
+    if isinstance(text, str):
+        return text
+    if isinstance(x, list | tuple):
+        return "\n".join(_text(i) for i in x)
+    content = getattr(x, "content", None)
+    return _text(content) if content is not None else str(x)
+
+
+def _action_text(event: Any) -> tuple[str, dict[str, Any]]:
+    """The call as one line (a command when it has one) and its arguments."""
+    args: dict[str, Any] = {}
+    action = getattr(event, "action", None)
+    if action is not None and hasattr(action, "model_dump"):
+        args = {k: v for k, v in action.model_dump(mode="json").items() if k != "kind"}
+    elif getattr(event, "tool_call", None) is not None:
+        try:
+            args = json.loads(getattr(event.tool_call, "arguments", "") or "{}")
+        except ValueError:
+            args = {"arguments": event.tool_call.arguments}
+    name = str(getattr(event, "tool_name", "") or "")
+    if isinstance(args.get("command"), str):
+        return args["command"], args
+    return f"{name}({json.dumps(args, sort_keys=True, default=str)})", args
+
+
+class OpenHandsHook:
+    """A conversation callback; one monitored run per hook.
+
+    Args:
+        monitor: a monitor.session.Monitor (or serving.remote.RemoteMonitor).
+        task: the task (for the scorer's header and the restart packet).
+        agent: agent family for thresholds.
+        source: threshold group when thresholds are keyed by source.
+        restart_path: where the restart packet goes on a stop (None: not written).
+        workdir: git work tree whose `git diff` goes into the packet (None: no diff).
+    """
+
+    def __init__(
+        self,
+        monitor: Any,
+        task: str = "",
+        *,
+        agent: str = AGENT,
+        source: str = "",
+        restart_path: str | Path | None = None,
+        workdir: str | Path | None = None,
+    ) -> None:
+        self.session = monitor.start(task, agent, source=source)
+        self.task = task
+        self.agent = agent
+        self.restart_path = Path(restart_path) if restart_path is not None else None
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.conversation: Any = None
+        self.decisions: list[Decision] = []
+        self.stopped: Decision | None = None
+        self._pending: dict[str, Any] = {}  # action event id -> the ActionEvent
+        self._ended = False
+
+    def attach(self, conversation: Any) -> None:
+        """The conversation to pause on a stop (created with this hook among its callbacks)."""
+        self.conversation = conversation
+
+    def __call__(self, event: Any) -> None:
+        try:
+            step = self.step_of(event)
+            if step is None:
+                return
+            decision = self.session.observe(step)
+        except Exception:  # a broken monitor never stops the conversation
+            log.exception("monitor_error: could not observe OpenHands event %s", type(event))
+            return
+        self.decisions.append(decision)
+        if decision.stop and self.stopped is None:
+            self.stopped = decision
+            self._halt(decision)
+
+    def step_of(self, event: Any) -> Step | None:
+        """The Step an event completes (None: it completes none, e.g. an action awaiting its
+        observation, a user message, an internal state update)."""
+        kind = type(event).__name__
+        index = len(self.decisions)
+        if kind == "ActionEvent":
+            self._pending[str(event.id)] = event
+            return None
+        if kind in _ANSWERS:
+            action = self._pending.pop(str(getattr(event, "action_id", "")), None)
+            if kind == "ObservationEvent":
+                obs = event.observation
+                text = _text(getattr(obs, "content", obs))
+                is_error = bool(getattr(obs, "is_error", False))
+            elif kind == "AgentErrorEvent":
+                text, is_error = str(event.error), True
+            else:
+                text, is_error = f"rejected: {getattr(event, 'rejection_reason', '')}", True
+            line, args = _action_text(action) if action is not None else ("", {})
+            return Step(
+                index=index,
+                kind="action",
+                tool=str(getattr(event, "tool_name", "") or ""),
+                action=line,
+                args=args or None,
+                thought=_text(getattr(action, "thought", None)) if action is not None else "",
+                observation=text,
+                is_error=is_error,
+                role="assistant",
+            )
+        if kind == "MessageEvent" and getattr(event, "source", "") == "agent":
+            message = getattr(event, "llm_message", None)
+            return Step(
+                index=index,
+                kind="message",
+                thought=_text(getattr(message, "content", None)),
+                role="assistant",
+            )
+        return None
+
+    def _diff(self) -> str:
+        if self.workdir is None:
+            return ""
+        try:
+            p = subprocess.run(
+                ["git", "diff"], cwd=self.workdir, capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            log.exception("could not capture the diff for the restart packet")
+            return ""
+        return p.stdout if p.returncode == 0 else ""
+
+    def _halt(self, decision: Decision) -> None:
+        from serving.hooks.minisweagent import write_restart
+
+        if decision.restart is not None and not decision.restart.diff:
+            decision.restart.diff = self._diff()
+        if self.restart_path is not None:
+            try:
+                write_restart(self.restart_path, decision, agent=self.agent, task=self.task)
+            except OSError:  # the stop still happens; only the packet file is lost
+                log.exception("could not write the restart packet to %s", self.restart_path)
+        if self.conversation is None:
+            log.error("failfast: stop (%s) but no conversation attached", decision.reason)
+            return
+        try:
+            self.conversation.pause()
+        except Exception:
+            log.exception("could not pause the conversation")
+
+    def end(self) -> None:
+        """The conversation is over: log the run's end record (once)."""
+        if not self._ended:
+            self._ended = True
+            self.session.end()

@@ -1,0 +1,84 @@
+"""The work tree of an attempt: snapshot it, diff two snapshots, put it back.
+
+A snapshot is (HEAD commit, tree of the work tree): the tree is written through a temporary
+index (a copy of the real one, so unchanged files are not hashed again) with `git add -A`, so it
+holds untracked files too and the real index is never touched. Ignored files are not part of it
+and are never removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class GitError(RuntimeError):
+    """A git command failed (the message has its stderr)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    head: str  # "" in a repository without commits
+    tree: str
+
+
+def _git(workdir: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    p = subprocess.run(
+        ["git", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+    if p.returncode != 0:
+        raise GitError(f"git {' '.join(args)} in {workdir}: {p.stderr.strip()[-500:]}")
+    return p.stdout
+
+
+def is_repo(workdir: Path) -> bool:
+    """Whether `workdir` is inside a git work tree."""
+    try:
+        return _git(workdir, "rev-parse", "--is-inside-work-tree").strip() == "true"
+    except (GitError, OSError):
+        return False
+
+
+def snapshot(workdir: Path) -> Snapshot:
+    """The work tree as it is now (tracked and untracked files, not ignored ones)."""
+    try:
+        head = _git(workdir, "rev-parse", "--verify", "-q", "HEAD").strip()
+    except GitError:
+        head = ""
+    index = Path(_git(workdir, "rev-parse", "--absolute-git-dir").strip()) / "index"
+    with tempfile.TemporaryDirectory(prefix="failfast-git-") as tmp:
+        tmp_index = Path(tmp) / "index"
+        if index.exists():
+            shutil.copy2(index, tmp_index)  # its mtime too: git's racy-clean check needs it
+        env = {"GIT_INDEX_FILE": str(tmp_index)}
+        _git(workdir, "add", "-A", env=env)
+        tree = _git(workdir, "write-tree", env=env).strip()
+    return Snapshot(head, tree)
+
+
+def diff(workdir: Path, before: Snapshot, after: Snapshot) -> str:
+    """What changed from `before` to `after`, as a patch `git apply` takes."""
+    return _git(workdir, "diff", "--binary", before.tree, after.tree)
+
+
+def restore(workdir: Path, snap: Snapshot) -> None:
+    """Put the repository back to `snap`: HEAD (commits made since are dropped from the branch),
+    the work tree's files (files created since are removed), the index as HEAD."""
+    if snap.head:
+        _git(workdir, "reset", "-q", "--hard", snap.head)
+    _git(workdir, "clean", "-fdq")
+    _git(workdir, "read-tree", snap.tree)
+    _git(workdir, "checkout-index", "-a", "-f")
+    if snap.head:
+        _git(workdir, "reset", "-q")  # index back to HEAD; files the snapshot had stay on disk
+    else:
+        _git(workdir, "read-tree", "--empty")

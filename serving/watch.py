@@ -1,0 +1,234 @@
+"""Follow a growing transcript file and feed each new step to a monitor session.
+
+    watch = TranscriptWatch("run.jsonl", monitor)       # monitor.session.Monitor (or a remote one)
+    while agent_running():
+        for decision in watch.poll():                   # the decisions of the steps added since
+            if decision.stop: ...
+        time.sleep(1)
+    watch.end()                                         # the run's end record
+
+`failfast watch` and `failfast supervise` use it; so can any Python harness.
+
+The file is re-read whole at each poll (the readers parse whole transcripts) and only steps not
+yet seen are observed. Between polls the file may have been truncated or replaced by a new run
+(log rotation, an agent restarted on the same path): its inode changed, it shrank, its first line
+is another one, or it now has fewer steps than were seen. Then the current run is ended and a new
+one started with its own run id (`on_replace="new"`), or `TranscriptReplaced` is raised
+(`on_replace="stop"`); the new file's steps are never spliced onto the old run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from monitor.errors import TranscriptError, TranscriptTooLarge
+from monitor.types import Decision, Step, Trajectory
+from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
+from serving.transcripts import read_transcript
+
+log = logging.getLogger(__name__)
+
+FIRST_LINE_BYTES = 4096  # enough to tell two runs apart (ids, timestamps, the task) cheaply
+
+
+class WatchSession(Protocol):
+    """What the watch needs of a monitor session (monitor.session.Session has it)."""
+
+    def observe(self, step: Step) -> Decision: ...
+
+    def end(self) -> Any: ...
+
+
+class Opener(Protocol):
+    """Opens sessions: monitor.session.Monitor, or serving.remote.RemoteMonitor."""
+
+    def start(
+        self, task: str = "", agent: str | None = None, *, run: str = "", source: str = ""
+    ) -> Any: ...
+
+
+class TranscriptReplaced(TranscriptError):
+    """The watched file was truncated or replaced by another run (with on_replace="stop")."""
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """What identifies one run's file between polls: inode, size, a hash of its first line."""
+
+    device: int
+    inode: int
+    size: int
+    first_line: str  # sha256 of the first line once it is complete; "" before
+
+    @classmethod
+    def of(cls, path: Path) -> FileMark | None:
+        """The mark of the file at `path` now; None when it does not exist or is a folder."""
+        try:
+            st = os.stat(path)
+            if not os.path.isfile(path):
+                return None
+            with open(path, "rb") as f:
+                head = f.read(FIRST_LINE_BYTES)
+        except OSError:
+            return None
+        nl = head.find(b"\n")
+        line = head[:nl] if nl >= 0 else (head if len(head) == FIRST_LINE_BYTES else b"")
+        digest = hashlib.sha256(line).hexdigest() if line else ""
+        return cls(st.st_dev, st.st_ino, st.st_size, digest)
+
+    def replaced_by(self, new: FileMark) -> str:
+        """Why `new` is not this run's file grown further ("" when it is)."""
+        if (new.device, new.inode) != (self.device, self.inode):
+            return "the file was replaced (new inode)"
+        if new.size < self.size:
+            return f"the file shrank from {self.size} to {new.size} bytes (truncated)"
+        if self.first_line and new.first_line != self.first_line:
+            return "its first line changed (a new run was written over it)"
+        return ""
+
+
+class TranscriptWatch:
+    """One watched transcript path; a monitor session per run found at that path.
+
+    Args:
+        path: the transcript file (it need not exist yet).
+        monitor: opens a session per run (`start(task, agent, run=, source=)`).
+        fmt: reader name; None sniffs it.
+        agent, source: override the transcript's agent family / threshold group.
+        max_bytes, max_steps: refuse a transcript past these (TranscriptTooLarge from `poll`).
+        on_replace: "new": end the run and start a new one; "stop": raise TranscriptReplaced.
+        on_new_run: called with (run id, why) whenever a run starts (why: "" for the first).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        monitor: Opener,
+        *,
+        fmt: str | None = None,
+        agent: str | None = None,
+        source: str | None = None,
+        max_bytes: int = MAX_TRANSCRIPT_BYTES,
+        max_steps: int = MAX_STEPS,
+        on_replace: Literal["new", "stop"] = "new",
+        on_new_run: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.monitor = monitor
+        self.fmt = fmt
+        self.agent = agent
+        self.source = source
+        self.max_bytes = max_bytes
+        self.max_steps = max_steps
+        self.on_replace = on_replace
+        self.on_new_run = on_new_run
+        self.session: Any = None
+        self.seen = 0
+        """Steps of the current run already observed."""
+        self.runs: list[str] = []
+        """The run id of every run seen at this path, in order."""
+        self.traj: Trajectory | None = None
+        """The current run as last read."""
+        self.ended = False
+        self._mark: FileMark | None = None
+        self._pending_why = ""  # why the last run ended, told when the next one starts
+        self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
+        """Steps, tokens and dollars of every step observed, over all runs at this path."""
+
+    def poll(self) -> list[Decision]:
+        """Read the file; observe the steps added since the last poll; their decisions.
+
+        Returns [] while the file is missing or not yet readable as a transcript (an agent may
+        not have written its first complete record).
+
+        Raises:
+            TranscriptTooLarge: past max_bytes or max_steps.
+            TranscriptReplaced: the file was replaced and on_replace is "stop".
+        """
+        mark = FileMark.of(self.path)
+        if mark is None:
+            return []
+        why = self._mark.replaced_by(mark) if self._mark is not None else ""
+        try:
+            traj = read_transcript(self.path, self.fmt, max_bytes=self.max_bytes)
+        except TranscriptTooLarge:
+            raise
+        except TranscriptError:
+            if why:  # what was there is gone; wait for the new run to become readable
+                self._replaced(why, mark)
+            return []
+        if len(traj.steps) > self.max_steps:
+            raise TranscriptTooLarge(
+                self.path,
+                f"{len(traj.steps)} steps, over the limit of {self.max_steps} (--max-steps)",
+            )
+        if not why and self.session is not None and len(traj.steps) < self.seen:
+            why = f"it now has {len(traj.steps)} steps, {self.seen} were seen"
+        if why:
+            self._replaced(why, mark)
+        self._mark = mark
+        self.traj = traj
+        if self.session is None:
+            self._start(traj, why)
+        out = []
+        for step in traj.steps[self.seen :]:
+            self.seen += 1  # before observing: a session that raises must not see it again
+            self.totals["steps"] += 1
+            self.totals["tokens"] += step.tokens
+            self.totals["dollars"] += step.cost_usd or 0.0
+            out.append(self.session.observe(step))
+        return out
+
+    def _replaced(self, why: str, mark: FileMark) -> None:
+        if self.on_replace == "stop":
+            raise TranscriptReplaced(self.path, f"{why}; not splicing it onto run {self.run!r}")
+        log.warning("%s: %s; ending run %r, the new content is a new run", self.path, why, self.run)
+        self._end_session()
+        self._mark = mark
+        self._pending_why = why
+
+    def _start(self, traj: Trajectory, why: str) -> None:
+        why = why or self._pending_why
+        self._pending_why = ""
+        run = traj.id or self.path.name
+        if run in self.runs:  # the reader names runs after the file: give the new one its own id
+            run = f"{run}#{len(self.runs) + 1}"
+        self.runs.append(run)
+        self.session = self.monitor.start(
+            traj.task,
+            self.agent or traj.agent or None,
+            run=run,
+            source=self.source or traj.source,
+        )
+        self.seen = 0
+        self.ended = False
+        if self.on_new_run is not None:
+            self.on_new_run(run, why)
+
+    @property
+    def run(self) -> str:
+        """The current run's id ("" before the first)."""
+        return self.runs[-1] if self.runs else ""
+
+    def _end_session(self) -> None:
+        if self.session is not None and not self.ended:
+            try:
+                self.session.end()
+            finally:
+                self.ended = True
+        self.session = None
+        self.seen = 0
+
+    def end(self) -> None:
+        """The watch is over: log the current run's end record (once)."""
+        if self.session is not None and not self.ended:
+            try:
+                self.session.end()
+            finally:
+                self.ended = True

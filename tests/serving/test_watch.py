@@ -1,0 +1,116 @@
+"""The library watch loop (serving.watch): growth, and a truncated or replaced file is a new run,
+never spliced onto the old one (issue 25, item 5)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from monitor.decision_log import DecisionLog
+from monitor.policy import PolicyConfig
+from monitor.scripted import ScriptedScorer
+from monitor.session import Monitor
+from serving.watch import TranscriptReplaced, TranscriptWatch
+
+
+def _monitor() -> tuple[Monitor, io.StringIO]:
+    sink = io.StringIO()
+    cfg = PolicyConfig(stuck={"enabled": False})  # score all steps, no stop: count what is seen
+    return Monitor(cfg, scorer=ScriptedScorer([0.1]), log=DecisionLog(sink)), sink
+
+
+def _ends(sink: io.StringIO) -> list[dict]:
+    records = [json.loads(x) for x in sink.getvalue().splitlines()]
+    return [r for r in records if r.get("event") == "end"]
+
+
+def _lines(fixtures_dir, name: str) -> list[str]:
+    return (fixtures_dir / f"claude_code_constructed_{name}.jsonl").read_text().splitlines(True)
+
+
+def test_watch_follows_growth_step_by_step(fixtures_dir, tmp_path):
+    monitor, sink = _monitor()
+    path = tmp_path / "run.jsonl"
+    watch = TranscriptWatch(path, monitor, fmt="claude-code")
+    assert watch.poll() == []  # not there yet
+    lines = _lines(fixtures_dir, "loop")
+    path.write_text("".join(lines[:5]))
+    first = watch.poll()
+    with open(path, "a") as f:
+        f.write("".join(lines[5:]))
+    rest = watch.poll()
+    assert watch.poll() == []
+    watch.end()
+    assert [d.step for d in first + rest] == list(range(1, 8))
+    assert watch.runs == ["9a7e0f44-1d2b-4b3a-8c55-7e6f1a2b3c4d"]
+    assert [e["steps"] for e in _ends(sink)] == [7]
+
+
+@pytest.mark.parametrize("how", ["rename", "truncate"])
+def test_replaced_transcript_is_a_new_run(fixtures_dir, tmp_path, how):
+    """The old probe: a rotated file's steps were scored as steps k+1.. of the old run."""
+    monitor, sink = _monitor()
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(_lines(fixtures_dir, "loop")))
+    told: list[tuple[str, str]] = []
+    watch = TranscriptWatch(path, monitor, on_new_run=lambda r, w: told.append((r, w)))
+    assert len(watch.poll()) == 7
+    new = "".join(_lines(fixtures_dir, "stream")[:9])  # a shorter, different run
+    if how == "rename":
+        tmp = tmp_path / "new.jsonl"
+        tmp.write_text(new)
+        os.replace(tmp, path)
+    else:
+        with open(path, "r+") as f:  # same inode
+            f.truncate(0)
+            f.write(new)
+    decisions = watch.poll()
+    watch.end()
+    assert decisions
+    assert decisions[0].step == 1  # counted from the new run's first step
+    assert watch.runs == [
+        "9a7e0f44-1d2b-4b3a-8c55-7e6f1a2b3c4d",
+        "3f1c2a9e-5b7d-4c11-9e0a-0c2b7d4e8f10",
+    ]
+    ends = _ends(sink)
+    assert [(e["run"], e["steps"]) for e in ends] == [
+        (watch.runs[0], 7),
+        (watch.runs[1], len(decisions)),
+    ]
+    assert told[1][0] == watch.runs[1]
+    assert ("new inode" if how == "rename" else "shrank") in told[1][1]
+
+
+def test_rewritten_with_the_same_run_id_gets_its_own_id(fixtures_dir, tmp_path):
+    """Same first line, but the file shrank: a new run; its id is told apart from the old."""
+    monitor, sink = _monitor()
+    path = tmp_path / "run.jsonl"
+    lines = _lines(fixtures_dir, "loop")
+    path.write_text("".join(lines))
+    watch = TranscriptWatch(path, monitor)
+    watch.poll()
+    with open(path, "r+") as f:
+        f.truncate(0)
+        f.write("".join(lines[:5]))
+    again = watch.poll()
+    watch.end()
+    assert [d.step for d in again] == [1, 2]
+    assert watch.runs[1] == watch.runs[0] + "#2"
+    assert [e["steps"] for e in _ends(sink)] == [7, 2]
+
+
+def test_first_line_change_at_equal_size_is_detected(tmp_path, fixtures_dir):
+    monitor, _ = _monitor()
+    path = tmp_path / "run.jsonl"
+    lines = _lines(fixtures_dir, "loop")
+    path.write_text("".join(lines))
+    watch = TranscriptWatch(path, monitor, on_replace="stop")
+    watch.poll()
+    changed = lines[0].replace("9a7e0f44", "9a7e0f45")  # same size, another session
+    with open(path, "r+") as f:
+        f.write(changed)
+    with pytest.raises(TranscriptReplaced, match="first line changed"):
+        watch.poll()
