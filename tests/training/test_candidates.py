@@ -1,0 +1,138 @@
+"""Calibrated baselines, live-run AUROC, the stack and the per-group choice on synthetic runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.schedule import Schedule
+from training.calibrate.select import STACK, oof_stack, select_per_group
+from training.config import ThresholdConfig
+from training.data.records import RunRecord
+from training.evaluate.calibrated import (
+    STEP_LIMIT,
+    TOKEN_LIMIT,
+    add_length_scores,
+    calibrated_stops,
+    calibrated_tables,
+    live_auroc,
+)
+from training.evaluate.candidates import SELECTED, crossfit_candidates
+
+SCHED = Schedule(min_steps=3, every=1, persist=2)
+
+
+def _runs(agent: str, n: int, *, informative: str, seed: int) -> list[RunRecord]:
+    """Runs of one agent: failing runs are long; `informative` names the one learned score
+    that separates them from step 3 on (the others are noise)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        resolved = bool(i % 2)
+        steps = int(rng.integers(8, 20)) if resolved else int(rng.integers(8, 60))
+        scores = {}
+        for name in ("monitor", "signals_lr", "tfidf_lr"):
+            s = rng.uniform(0.2, 0.6, steps)
+            if name == informative and not resolved:
+                s[2:] += 0.35
+            scores[name] = s
+        out.append(
+            RunRecord(
+                f"{agent}/{i}",
+                f"{agent}-i{i}",
+                agent,
+                agent,
+                resolved,
+                np.full(steps, 100, dtype=np.int64),
+                scores,
+            )  # fmt: skip
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def records() -> list[RunRecord]:
+    return _runs("a", 240, informative="monitor", seed=0) + _runs(
+        "b", 240, informative="tfidf_lr", seed=1
+    )
+
+
+def _tcfg() -> ThresholdConfig:
+    return ThresholdConfig(group_by="agent", margin=2.0, targets=[0.05, 0.1])
+
+
+def test_length_scores_are_steps_and_tokens(records: list[RunRecord]) -> None:
+    r = records[0]
+    add_length_scores([r])
+    assert np.allclose(r.scores[STEP_LIMIT] * 1e4, np.arange(1, r.n_steps + 1))
+    assert np.allclose(r.scores[TOKEN_LIMIT] * 1e9, np.cumsum(r.step_tokens))
+
+
+def test_calibrated_baselines_use_the_monitor_procedure(records: list[RunRecord]) -> None:
+    """Each scorer's table is the monitor's procedure with only the scorer changed, and its
+    stops are its own scores against its own thresholds."""
+    add_length_scores(records)
+    cal = [r for i, r in enumerate(records) if i % 4 < 2]
+    test = [r for i, r in enumerate(records) if i % 4 >= 2]
+    tables = calibrated_tables(cal, ["monitor", "tfidf_lr", STEP_LIMIT], _tcfg(), SCHED)
+    assert {t.margin for t in tables.values()} == {2.0}
+    per = calibrated_stops(test, tables, 0.1)
+    for name, (stops, used) in per.items():
+        th = used["a"]["threshold"]
+        r = next(r for r in test if r.agent == "a")
+        assert stops[r.run_id] == SCHED.first_stop(r.scores[name], th)
+    # a step limit set on calibration runs stops failing (long) runs of the test half
+    st, _ = per[STEP_LIMIT]
+    assert sum(st[r.run_id] is not None for r in test if not r.resolved) > 10
+
+
+def test_live_auroc_counts_only_runs_still_going(records: list[RunRecord]) -> None:
+    a = [r for r in records if r.agent == "a"]
+    out = live_auroc(a, "monitor", steps=(5, 30), tokens=(1000,))
+    assert out["step:5"]["runs"] == sum(r.n_steps > 5 for r in a)
+    assert out["step:30"]["runs"] == sum(r.n_steps > 30 for r in a)
+    assert out["step:5"]["auroc"] > 0.9  # the monitor separates agent a from step 3
+    # at step 30 only failing runs are alive: one class, no AUROC
+    assert out["step:30"]["auroc"] is None
+    assert out["tokens:1000"]["runs"] == sum(r.n_steps > 11 for r in a)
+
+
+def test_stack_scores_out_of_fold_and_learns_the_informative_base(
+    records: list[RunRecord],
+) -> None:
+    cal, model = oof_stack(records, schedule=SCHED, group_by="agent")
+    assert all(STACK in r.scores for r in cal)
+    assert all(STACK not in r.scores for r in records)
+    assert set(model.models) >= {"shared", "own:a", "own:b"}
+    again = type(model).from_json(model.to_json())
+    assert np.allclose(again.scores(records[0]), model.scores(records[0]))
+    b = [r for r in cal if r.agent == "b"]
+    assert live_auroc(b, STACK, steps=(5,), tokens=())["step:5"]["auroc"] > 0.9
+
+
+def test_selection_picks_each_groups_informative_scorer(records: list[RunRecord]) -> None:
+    add_length_scores(records)
+    cal, _ = oof_stack(records, schedule=SCHED, group_by="agent")
+    cands = [STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor", STACK]
+    choice = select_per_group(cal, cands, _tcfg(), SCHED, targets=[0.05, 0.1])
+    assert choice["a"]["chosen"] in ("monitor", STACK)
+    assert choice["b"]["chosen"] in ("tfidf_lr", STACK)
+    # the noise-only signals LR saves less than the winner on both groups
+    for g in ("a", "b"):
+        ms = choice[g]["mean_saved"]
+        assert ms["signals_lr"] < ms[choice[g]["chosen"]]
+
+
+def test_crossfit_candidates_reports_every_candidate_and_the_choice(
+    records: list[RunRecord],
+) -> None:
+    rep = crossfit_candidates(records, _tcfg(), SCHED, n_boot=20)
+    assert SELECTED in rep["mean_per_agent"]["0.05"]
+    assert set(rep["candidates"]) >= {"monitor", "tfidf_lr", STEP_LIMIT, STACK}
+    a = rep["per_agent"]["a"]["targets"]["0.1"]
+    b = rep["per_agent"]["b"]["targets"]["0.1"]
+    # per group the choice does about as well as the best single candidate there
+    assert a[SELECTED]["saved"] >= a["signals_lr"]["saved"]
+    assert b[SELECTED]["saved"] >= b["monitor"]["saved"]
+    assert rep["mean_per_agent"]["0.1"][SELECTED]["fpr_max"] < 0.2
+    assert "step:5" in rep["mean_per_agent_live_auroc"]["monitor"]

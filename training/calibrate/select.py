@@ -1,0 +1,124 @@
+"""Which scorer a threshold group ships: chosen on its calibration runs only.
+
+Candidates are the scorers every report shows (step and token limits, the signals LR, TF-IDF,
+the LM probe) and the stack over them (training.model.stack). The calibration records are split
+into instance folds; each candidate is calibrated (training.calibrate.thresholds, the shipped
+procedure) on all folds but one and stops the held-out fold, so every calibration run is
+stopped once by thresholds that never saw it. Per group, the candidate saving the most tokens on
+those stops (mean over the targets) wins, unless a simpler candidate is within `tie` of it
+(simple rule wins ties); a candidate whose held-out FPR passes 1.5x a target is out. The test
+runs are never looked at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from monitor.schedule import Schedule
+from training.config import ThresholdConfig
+from training.data.folds import instance_folds
+from training.data.records import RunRecord, Stops, group_records
+from training.evaluate.calibrated import (
+    STEP_LIMIT,
+    TOKEN_LIMIT,
+    calibrated_stops,
+    calibrated_tables,
+)
+from training.evaluate.intervals import Outcome
+from training.model.stack import StackModel, fit_stack
+
+STACK = "stack"
+SIMPLE_FIRST = (STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor", STACK)
+"""Candidates from the simplest: a tie goes to the earlier one."""
+STACK_BASES = ("monitor", "signals_lr", "tfidf_lr")
+
+
+def record_folds(records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray:
+    """Instance folds of records (training.data.folds.instance_folds reads only instance_id)."""
+    return instance_folds(cast(Any, records), k, seed=seed)
+
+
+def with_score(record: RunRecord, name: str, scores: np.ndarray) -> RunRecord:
+    """A copy of `record` with one more score (the original is left as it was)."""
+    return dataclasses.replace(record, scores={**record.scores, name: scores})
+
+
+def stack_bases(records: Sequence[RunRecord]) -> list[str]:
+    """The stack's base scores that every record carries."""
+    return [b for b in STACK_BASES if all(b in r.scores for r in records)]
+
+
+def oof_stack(
+    calibration: Sequence[RunRecord],
+    *,
+    schedule: Schedule,
+    group_by: str,
+    folds: int = 5,
+    seed: int = 0,
+) -> tuple[list[RunRecord], StackModel]:
+    """Copies of the calibration records with out-of-fold stack scores (each run scored by a
+    stack fitted on the other instance folds), and the stack fitted on all of them."""
+    bases = stack_bases(calibration)
+    fold = record_folds(calibration, folds, seed)
+    out: list[RunRecord | None] = [None] * len(calibration)
+    for f in range(folds):
+        fit = [r for r, g in zip(calibration, fold, strict=True) if g != f]
+        model = fit_stack(fit, bases=bases, schedule=schedule, group_by=group_by)
+        for i in np.flatnonzero(fold == f).tolist():
+            out[i] = with_score(calibration[i], STACK, model.scores(calibration[i]))
+    full = fit_stack(calibration, bases=bases, schedule=schedule, group_by=group_by)
+    return [r for r in out if r is not None], full
+
+
+def select_per_group(
+    calibration: Sequence[RunRecord],
+    candidates: Sequence[str],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    *,
+    targets: Sequence[float],
+    folds: int = 5,
+    seed: int = 1,
+    tie: float = 0.005,
+) -> dict[str, dict[str, Any]]:
+    """Per group: {"chosen": name, "inner": {name: {target: {"fpr", "saved"}}}} (module
+    docstring). `calibration` carries every candidate's score (the stack's out of fold)."""
+    key = tcfg.group_by
+    fold = record_folds(calibration, folds, seed)
+    stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in candidates}
+    for f in range(folds):
+        fit = [r for r, g in zip(calibration, fold, strict=True) if g != f]
+        held = [r for r, g in zip(calibration, fold, strict=True) if g == f]
+        tables = calibrated_tables(fit, candidates, tcfg, schedule)
+        for t in targets:
+            for name, (st, _) in calibrated_stops(held, tables, t).items():
+                stops[name][t].update(st)
+    out: dict[str, dict[str, Any]] = {}
+    order = [c for c in SIMPLE_FIRST if c in candidates] + [
+        c for c in candidates if c not in SIMPLE_FIRST
+    ]
+    for g, rs in group_records(calibration, key).items():
+        inner: dict[str, dict[str, dict[str, float]]] = {}
+        mean_saved: dict[str, float] = {}
+        for c in order:
+            per_t = {}
+            ok = True
+            for t in targets:
+                if len(stops[c][t]) < len(calibration):
+                    ok = False
+                    break
+                fpr, _, saved = Outcome.of(rs, stops[c][t]).rates()
+                per_t[f"{t:g}"] = {"fpr": fpr, "saved": saved}
+                ok = ok and not (fpr == fpr and fpr > 1.5 * t)
+            if per_t:
+                inner[c] = per_t
+            if ok and per_t:
+                mean_saved[c] = float(np.mean([v["saved"] for v in per_t.values()]))
+        best = max(mean_saved.values()) if mean_saved else 0.0
+        chosen = next((c for c in order if c in mean_saved and mean_saved[c] >= best - tie), None)
+        out[g] = {"chosen": chosen, "inner": inner, "mean_saved": mean_saved}
+    return out

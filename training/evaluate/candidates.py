@@ -1,0 +1,208 @@
+"""Cross-fitted, as shipped: every candidate scorer and the per-group choice, on pooled records.
+
+Input: the records of a K-fold cross-fitted view (`failfast crossfit`, instance or repo view),
+each run scored once by models that never saw its task. For each fold f the calibration runs
+are the other folds' records (the runs fold f's models trained on, scored out of fold): every
+candidate (the monitor, the learned baselines, the step and token limits, and the stack fitted
+on those calibration runs) gets thresholds from them by the shipped procedure
+(training.calibrate.thresholds), the per-group choice (training.calibrate.select) is made on them
+alone, and fold f is stopped. The monitor is calibrated the same way here, so every candidate's
+calibration scores come from the same kind of out-of-fold model; `failfast crossfit`'s own
+monitor figures (inner out-of-fold calibration) are reported beside it for comparison.
+
+Assumption: the calibration runs of fold f were scored by models that trained on fold f's runs
+(not on their own); their scores stand for a served model's scores on new runs, as the out-of-fold
+calibration of `val+train-oof` assumes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from monitor.schedule import Schedule
+from training.calibrate.select import (
+    SIMPLE_FIRST,
+    STACK,
+    oof_stack,
+    record_folds,
+    select_per_group,
+    with_score,
+)
+from training.config import ThresholdConfig
+from training.data.records import RunRecord, Stops
+from training.evaluate.calibrated import (
+    add_length_scores,
+    calibrated_stops,
+    calibrated_tables,
+    live_auroc,
+    mean_live_auroc,
+    refused_groups,
+)
+from training.evaluate.intervals import (
+    Outcome,
+    by_group,
+    paired_saved_delta,
+    percentile_ci,
+    resample_weights,
+    rule_with_ci,
+)
+
+SELECTED = "selected"
+
+
+def crossfit_candidates(
+    records: Sequence[RunRecord],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    n_boot: int = 500,
+) -> dict[str, Any]:
+    """The as-shipped cross-fitted comparison (module docstring) as a JSON-able dict."""
+    records = list(records)
+    add_length_scores(records)
+    targets = [float(t) for t in tcfg.targets]
+    fold = record_folds(records, folds, seed)
+    candidates: list[str] = []
+    stops: dict[str, dict[float, Stops]] = {}
+    choices: list[dict[str, Any]] = []
+    refused: dict[str, dict[str, list[list[str]]]] = {}
+    scored: list[RunRecord] = []
+    for f in range(folds):
+        cal = [r for r, g in zip(records, fold, strict=True) if g != f]
+        test = [r for r, g in zip(records, fold, strict=True) if g == f]
+        cal, stack = oof_stack(cal, schedule=schedule, group_by=tcfg.group_by, seed=seed)
+        test = [with_score(r, STACK, stack.scores(r)) for r in test]
+        scored += test
+        if not candidates:
+            have = set.intersection(*(set(r.scores) for r in records)) | {STACK}
+            candidates = [c for c in SIMPLE_FIRST if c in have]
+            stops = {c: {t: {} for t in targets} for c in [*candidates, SELECTED]}
+        tables = calibrated_tables(cal, candidates, tcfg, schedule)
+        choice = select_per_group(cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1)
+        choices.append({g: {"chosen": c["chosen"], "mean_saved": c["mean_saved"]}
+                        for g, c in choice.items()})  # fmt: skip
+        for t in targets:
+            per = calibrated_stops(test, tables, t)
+            for name, (st, used) in per.items():
+                stops[name][t].update(st)
+                refused.setdefault(name, {}).setdefault(f"{t:g}", []).append(refused_groups(used))
+            for r in test:
+                g = str(getattr(r, tcfg.group_by))
+                c = (choice.get(g) or {}).get("chosen") or "monitor"
+                stops[SELECTED][t][r.run_id] = per[c][0][r.run_id]
+    return _report(scored, stops, choices, refused, targets, n_boot=n_boot, seed=seed)
+
+
+def _report(
+    records: list[RunRecord],
+    stops: dict[str, dict[float, Stops]],
+    choices: list[dict[str, Any]],
+    refused: dict[str, dict[str, list[list[str]]]],
+    targets: Sequence[float],
+    *,
+    n_boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    names = list(stops)
+    scorers = [n for n in names if n != SELECTED]
+    per_agent: dict[str, Any] = {}
+    draws: dict[str, dict[str, list[np.ndarray]]] = {
+        f"{t:g}": {n: [] for n in names} for t in targets
+    }
+    for a, idx in by_group(records, lambda r: r.agent).items():
+        recs = [records[i] for i in idx]
+        w = resample_weights(np.array([int(r.resolved) for r in recs]), n_boot, seed=seed)
+        entry: dict[str, Any] = {
+            "runs": len(recs),
+            "resolved": int(sum(r.resolved for r in recs)),
+            "live_auroc": {s: live_auroc(recs, s) for s in scorers},
+            "targets": {},
+        }
+        for t in targets:
+            key = f"{t:g}"
+            outs = {n: Outcome.of(recs, stops[n][t]) for n in names}
+            row = {n: rule_with_ci(o, w) for n, o in outs.items()}
+            for n, o in outs.items():
+                draws[key][n].append(np.array([o.rates(wb)[2] for wb in w]))
+            row["selected_minus"] = {
+                n: paired_saved_delta(outs[SELECTED], outs[n], w) for n in scorers
+            }
+            entry["targets"][key] = row
+        per_agent[a] = entry
+    mean: dict[str, Any] = {}
+    for key, per_name in draws.items():
+        mean[key] = {}
+        for n, arrs in per_name.items():
+            point = float(np.mean([per_agent[a]["targets"][key][n]["saved"] for a in per_agent]))
+            fprs = [per_agent[a]["targets"][key][n]["fpr"] for a in per_agent]
+            boot = np.nanmean(np.stack(arrs), axis=0)
+            mean[key][n] = {
+                "saved": point,
+                "saved_ci": percentile_ci(boot),
+                "fpr_mean": float(np.nanmean(fprs)),
+                "fpr_max": float(np.nanmax(fprs)),
+            }
+        sel = np.stack(draws[key][SELECTED])
+        for n in scorers:
+            d = np.nanmean(sel - np.stack(draws[key][n]), axis=0)
+            mean[key][n]["selected_minus"] = {
+                "delta": mean[key][SELECTED]["saved"] - mean[key][n]["saved"],
+                "ci": percentile_ci(d),
+            }
+    live = {s: mean_live_auroc({a: e["live_auroc"][s] for a, e in per_agent.items()})
+            for s in scorers}  # fmt: skip
+    return {
+        "calibration": "each fold's thresholds from the other folds' records (module docstring)",
+        "candidates": scorers,
+        "per_agent": per_agent,
+        "mean_per_agent": mean,
+        "mean_per_agent_live_auroc": live,
+        "choices": choices,
+        "refused_groups": refused,
+    }
+
+
+def candidates_markdown(rep: dict[str, Any]) -> str:
+    """Tables of the as-shipped comparison: mean per agent, then per agent."""
+    lines = ["## Calibrated as shipped (every candidate by the monitor's procedure)", ""]
+    lines += ["| target | scorer | mean per-agent saved % [CI] | mean FPR % | max FPR % | "
+              "selected minus [CI] |", "|---|---|---|---:|---:|---|"]  # fmt: skip
+    for key, per in rep["mean_per_agent"].items():
+        for n, v in per.items():
+            d = v.get("selected_minus")
+            dd = f"{100 * d['delta']:.1f}{_ci(d['ci'])}" if d else ""
+            lines.append(
+                f"| {key} | {n} | {100 * v['saved']:.1f}{_ci(v['saved_ci'])} | "
+                f"{100 * v['fpr_mean']:.1f} | {100 * v['fpr_max']:.1f} | {dd} |"
+            )
+    lines += ["", "Mean per-agent live AUROC: ", ""]
+    for s, pts in rep["mean_per_agent_live_auroc"].items():
+        lines.append(
+            f"- {s}: " + ", ".join(f"{k} {v:.3f}" for k, v in pts.items() if v is not None)
+        )
+    for key in rep["mean_per_agent"]:
+        lines += ["", f"### Target {key} per agent: FPR % / saved % [CI]", ""]
+        names = list(next(iter(rep["per_agent"].values()))["targets"][key])
+        names = [n for n in names if n != "selected_minus"]
+        lines += ["| agent | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for a, e in rep["per_agent"].items():
+            row = e["targets"][key]
+            cells = [
+                f"{100 * row[n]['fpr']:.1f} / {100 * row[n]['saved']:.1f}{_ci(row[n]['saved_ci'])}"
+                for n in names
+            ]
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    lines += ["", "Chosen per group (fold 0): " + ", ".join(
+        f"{g} {c['chosen']}" for g, c in rep["choices"][0].items())]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _ci(c: Sequence[float | None]) -> str:
+    if c[0] is None or c[1] is None:
+        return ""
+    return f" [{100 * c[0]:.1f}, {100 * c[1]:.1f}]"
