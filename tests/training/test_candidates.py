@@ -136,3 +136,29 @@ def test_crossfit_candidates_reports_every_candidate_and_the_choice(
     assert b[SELECTED]["saved"] >= b["monitor"]["saved"]
     assert rep["mean_per_agent"]["0.1"][SELECTED]["fpr_max"] < 0.2
     assert "step:5" in rep["mean_per_agent_live_auroc"]["monitor"]
+
+
+def test_evaluate_json_has_calibrated_baselines_beside_the_monitor(
+    records: list[RunRecord],
+) -> None:
+    from training.calibrate.thresholds import pick_thresholds
+    from training.config import EvalConfig
+    from training.evaluate.report import evaluate
+
+    cal = [r for i, r in enumerate(records) if i % 4 < 2]
+    test = [r for i, r in enumerate(records) if i % 4 >= 2]
+    table = pick_thresholds(cal, schedule=SCHED, targets=[0.1], margin=2.0, fallback="none")
+    out = evaluate(test, table, config=EvalConfig(target_fpr=0.1), calibration=cal)
+    for sec in (out, *out["per_source"].values()):
+        cb = sec["calibrated_baselines"]
+        assert {"signals_lr", "tfidf_lr", STEP_LIMIT, TOKEN_LIMIT, STACK, "selected"} <= set(cb)
+        assert "monitor" not in cb
+        for entry in cb.values():
+            assert set(sec["monitor"]) - {"net_token_savings", "monitor_cost"} <= set(entry)
+            assert "refused_groups" in entry
+        assert "step:5" in sec["auroc_live"]["monitor"]
+    # the length rules are calibrated on the calibration runs, not matched on the test runs
+    th = out["calibrated_baselines"][STEP_LIMIT]["threshold"]["a"]["threshold"]
+    tab = calibrated_tables(cal, [STEP_LIMIT], _tcfg(), SCHED)[STEP_LIMIT]
+    assert th == tab.lookup("a", 0.1).stop
+    assert out["calibrated_baselines"]["selected"]["choice"]["b"]["chosen"] in ("tfidf_lr", STACK)

@@ -95,6 +95,12 @@ def test_crossfit_end_to_end(tiny_model_dir, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     stops = json.loads((tmp_path / "xf" / "instance" / "stops.json").read_text())
     assert set(stops["methods"]["configured"]["0.05"]) == {r.id for r in runs}
+    cal = report["calibrated"]  # every candidate calibrated as shipped, and the choice
+    assert {"monitor", "signals_lr", "tfidf_lr", "step_limit", "token_limit", "selected"} <= set(
+        cal["mean_per_agent"]["0.05"]
+    )
+    assert "step:5" in report["mean_per_agent_live_auroc"]["monitor"]
+    assert "Calibrated as shipped" in md
 
 
 def test_threshold_methods_plot_draws_every_view_and_target(tmp_path):

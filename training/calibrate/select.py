@@ -63,6 +63,9 @@ def oof_stack(
     """Copies of the calibration records with out-of-fold stack scores (each run scored by a
     stack fitted on the other instance folds), and the stack fitted on all of them."""
     bases = stack_bases(calibration)
+    folds = min(folds, len({r.instance_id for r in calibration}))
+    if folds < 2:
+        raise ValueError("the stack needs calibration runs of at least 2 instances")
     fold = record_folds(calibration, folds, seed)
     out: list[RunRecord | None] = [None] * len(calibration)
     for f in range(folds):
@@ -88,6 +91,10 @@ def select_per_group(
     """Per group: {"chosen": name, "inner": {name: {target: {"fpr", "saved"}}}} (module
     docstring). `calibration` carries every candidate's score (the stack's out of fold)."""
     key = tcfg.group_by
+    folds = min(folds, len({r.instance_id for r in calibration}))
+    if folds < 2:  # nothing to hold out: every group keeps the LM probe
+        return {g: {"chosen": None, "inner": {}, "mean_saved": {}}
+                for g in group_records(calibration, key)}  # fmt: skip
     fold = record_folds(calibration, folds, seed)
     stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in candidates}
     for f in range(folds):

@@ -135,13 +135,21 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
         help="instance folds (in distribution) and shift views (repository, time, benchmark)",
     )
     p.add_argument("--folds", type=int, default=5, help="folds of the instance and repo views")
+    p.add_argument(
+        "--rereport",
+        action="store_true",
+        help="only write OUT/<view>/report.* again from the records and stops saved there",
+    )
 
     def handler(args: argparse.Namespace) -> int:
         from training.config import load_pipeline_config
-        from training.pipeline.crossfit import main
+        from training.pipeline.crossfit import main, rereport
 
         cfg = load_pipeline_config(args.config, args.override)
-        main(cfg, args.data, args.out, views=args.views, folds=args.folds)
+        if args.rereport:
+            rereport(cfg, args.out, views=args.views, folds=args.folds)
+        else:
+            main(cfg, args.data, args.out, views=args.views, folds=args.folds)
         for view in args.views:
             print((Path(args.out) / view / "report.md").read_text())
         return 0

@@ -17,6 +17,8 @@ calibration of `val+train-oof` assumes.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,7 @@ from training.evaluate.intervals import (
     rule_with_ci,
 )
 
+log = logging.getLogger(__name__)
 SELECTED = "selected"
 
 
@@ -61,22 +64,36 @@ def crossfit_candidates(
     folds: int = 5,
     seed: int = 0,
     n_boot: int = 500,
+    fold: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """The as-shipped cross-fitted comparison (module docstring) as a JSON-able dict."""
+    """The as-shipped cross-fitted comparison (module docstring) as a JSON-able dict.
+
+    Args:
+        fold: the view's fold of each record (default: instance folds, `folds` and `seed` as
+            `failfast crossfit`'s instance view draws them).
+    """
     records = list(records)
     add_length_scores(records)
     targets = [float(t) for t in tcfg.targets]
-    fold = record_folds(records, folds, seed)
+    fold = record_folds(records, folds, seed) if fold is None else np.asarray(fold)
+    folds = int(fold.max()) + 1
     candidates: list[str] = []
     stops: dict[str, dict[float, Stops]] = {}
     choices: list[dict[str, Any]] = []
     refused: dict[str, dict[str, list[list[str]]]] = {}
     scored: list[RunRecord] = []
+    no_stack: list[int] = []
     for f in range(folds):
         cal = [r for r, g in zip(records, fold, strict=True) if g != f]
         test = [r for r, g in zip(records, fold, strict=True) if g == f]
-        cal, stack = oof_stack(cal, schedule=schedule, group_by=tcfg.group_by, seed=seed)
-        test = [with_score(r, STACK, stack.scores(r)) for r in test]
+        try:
+            cal, stack = oof_stack(cal, schedule=schedule, group_by=tcfg.group_by, seed=seed)
+            test = [with_score(r, STACK, stack.scores(r)) for r in test]
+        except ValueError as e:  # too few calibration runs for a stack: the others still run
+            log.warning("fold %d: no stack (%s); the stack is left out", f, e)
+            no_stack.append(f)  # its zero scores never stop a run, never win a choice
+            cal = [with_score(r, STACK, np.zeros(r.n_steps)) for r in cal]
+            test = [with_score(r, STACK, np.zeros(r.n_steps)) for r in test]
         scored += test
         if not candidates:
             have = set.intersection(*(set(r.scores) for r in records)) | {STACK}
@@ -95,7 +112,27 @@ def crossfit_candidates(
                 g = str(getattr(r, tcfg.group_by))
                 c = (choice.get(g) or {}).get("chosen") or "monitor"
                 stops[SELECTED][t][r.run_id] = per[c][0][r.run_id]
-    return _report(scored, stops, choices, refused, targets, n_boot=n_boot, seed=seed)
+    if no_stack:
+        stops.pop(STACK, None)
+        scored = [dataclasses.replace(r, scores={k: v for k, v in r.scores.items() if k != STACK})
+                  for r in scored]  # fmt: skip
+    out = _report(scored, stops, choices, refused, targets, n_boot=n_boot, seed=seed)
+    out["folds_without_stack"] = no_stack
+    return out
+
+
+def view_folds(view: str, records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray | None:
+    """The fold of each record under a K-fold view (instance, repo), as `failfast crossfit`
+    drew them (both read only instance ids); None for the views without K folds."""
+    from typing import cast
+
+    from training.data.folds import instance_folds, repo_folds
+
+    if view == "instance":
+        return instance_folds(cast(Any, records), k, seed=seed)
+    if view == "repo":
+        return repo_folds(cast(Any, records), k)
+    return None
 
 
 def _report(

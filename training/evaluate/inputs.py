@@ -87,8 +87,13 @@ def _read_thresholds(path: Path) -> ThresholdTable:
 
 
 def _validation(train_dir: Path | None) -> list[RunRecord] | None:
+    """The calibration records of a training output: validation, plus the training runs scored
+    out of fold when it saved them (the runs the monitor's thresholds were calibrated on)."""
     val = train_dir / "records" / "val.parquet" if train_dir else None
-    return load_records(val) if val and val.is_file() else None
+    if not (val and val.is_file()):
+        return None
+    oof = val.with_name("train_oof.parquet")
+    return load_records(val) + (load_records(oof) if oof.is_file() else [])
 
 
 def train_dir_inputs(train_dir: str | Path, runs: Sequence[Any] | None) -> EvalInputs:

@@ -21,8 +21,12 @@ from monitor.thresholds import ThresholdTable
 from training.config import EvalConfig
 from training.data.records import RunRecord, Stops, group_records
 from training.evaluate.auroc import auroc_at_fractions
+from training.evaluate.calibrated import as_shipped, live_auroc
 from training.evaluate.ledger import ledger_metrics, oracle_stops
 from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
+
+CALIBRATED = "calibrated:"
+"""Prefix of the calibrated baselines' names among the report's stop rules."""
 
 
 def rule_baselines(
@@ -91,6 +95,7 @@ def _section(
     used: Mapping[str, dict[str, Any]],
     cfg: EvalConfig,
     group_by: str,
+    calibrated: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The report of one scope (a source, or all runs): ledgers, AUROC, thresholds used."""
 
@@ -101,11 +106,28 @@ def _section(
 
     scorers = [cfg.scorer, *(n for n in cfg.score_baselines if n in rules)]
     groups = sorted({str(getattr(r, group_by)) for r in subset})
+    cal = {}
+    for name, info in (calibrated or {}).items():
+        th = {g: info["threshold"][g] for g in groups if g in info["threshold"]}
+        cal[name] = {
+            **ledger(f"{CALIBRATED}{name}"),
+            "threshold": th,
+            "refused_groups": [g for g in info["refused_groups"] if g in th],
+            "calibration_runs": info["calibration_runs"],
+            **(
+                {"choice": {g: info["choice"][g] for g in groups if g in info["choice"]}}
+                if "choice" in info
+                else {}
+            ),  # fmt: skip
+        }
+    live = [*scorers, *(n for n in cal if n not in scorers and n != "selected")]
     return {
         "monitor": ledger("monitor", monitor_token_price=cfg.monitor_token_price),
+        "calibrated_baselines": cal,
         "baselines": {name: {**ledger(name), "info": info} for name, info in rules.items()},
         "oracle": ledger("oracle"),
         "auroc": {s: auroc_at_fractions(subset, scorer=s) for s in scorers},
+        "auroc_live": {s: live_auroc(subset, s) for s in live if s in subset[0].scores},
         "threshold": {g: used[g] for g in groups},
     }
 
@@ -156,17 +178,53 @@ def evaluate(
             calibration, records, alpha=cfg.target_fpr, schedule=sched, group_by=key
         )
         rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
+    cal_stops: dict[str, Stops] = {}
+    cal_info: dict[str, dict[str, Any]] = {}
+    if calibration:
+        cal_stops, cal_info = as_shipped(
+            calibration, records, thresholds, target=cfg.target_fpr,
+            scorers=[cfg.scorer, *cfg.score_baselines],
+        )  # fmt: skip
+        cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
+        cal_info.pop(cfg.scorer, None)
+        if "loopbrake" in rules:
+            cal_stops["loopbrake"] = rules["loopbrake"][0]
+            groups = {str(getattr(r, thresholds.group_by)) for r in records}
+            cal_info["loopbrake"] = {
+                "threshold": {
+                    g: {"stop_line": rules["loopbrake"][1]["stop_line"].get(g)} for g in groups
+                },  # fmt: skip
+                "refused_groups": sorted(
+                    g for g in groups if rules["loopbrake"][1]["stop_line"].get(g) is None
+                ),
+                "calibration_runs": len(calibration),
+                "rule": "LoopBrake's own conformal step line at alpha = target (no margin)",
+            }
     stops = {
         "monitor": mon,
         "oracle": oracle_stops(records, min_steps=sched.min_steps),
         **{name: st for name, (st, _) in rules.items()},
+        **{f"{CALIBRATED}{name}": st for name, st in cal_stops.items()},
     }
     info = {name: i for name, (_, i) in rules.items()}
+    key_by = thresholds.group_by
     out: dict[str, Any] = {"target_fpr": cfg.target_fpr, "schedule": sched.model_dump()}
-    out.update(_section(records, records, stops, info, used, cfg, thresholds.group_by))
+    out.update(_section(records, records, stops, info, used, cfg, key_by, cal_info))
     out["per_source"] = {
-        s: _section(rs, records, stops, info, used, cfg, thresholds.group_by)
+        s: _section(rs, records, stops, info, used, cfg, key_by, cal_info)
         for s, rs in sorted(group_records(records, "source").items())
+    }
+    out["views"] = {
+        "calibrated_baselines": (
+            "as shipped: each scorer's thresholds picked on the calibration runs by the monitor's "
+            "procedure (same groups, margin, fallback, check schedule); the comparison to use"
+        ),
+        "baselines": (
+            "score baselines and the Budget tuned on the evaluated runs to the monitor's realized "
+            "FPR: a hindsight upper bound for each, not what it would save shipped"
+        ),
+        "auroc_live": "AUROC among runs still going at step k / t tokens: what modelling uses",
+        "auroc": "AUROC at a fraction of each run's own length (leaks the run's length)",
     }
     out["settings"] = {
         "confidence": cfg.confidence,

@@ -182,7 +182,6 @@ def run_crossfit(
 ) -> dict[str, Any]:
     """Encode every labelled run, cross-fit each view, write OUT/<view>/ and its report."""
     from training.evaluate.crossfit_plots import plot_threshold_methods
-    from training.evaluate.crossfit_report import crossfit_report, report_markdown
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -201,18 +200,58 @@ def run_crossfit(
         (folder / "stops.json").write_text(json.dumps(stops))
         (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
         (folder / "probes.json").write_text(json.dumps(res.probes))
-        report = crossfit_report(
-            res.records,
-            res.stops,
-            res.loopbrake,
-            view=view,
-            schedule=cfg.policy.schedule(),
-            n_boot=cfg.evaluate.n_boot,
-        )
-        (folder / "report.json").write_text(json.dumps(report, indent=1))
-        (folder / "report.md").write_text(report_markdown(report))
-        plot_threshold_methods({view: report}, folder / "threshold_methods.png")
-        summary[view] = report
+        summary[view] = write_view_report(cfg, folder, view, res.records, stops, folds=folds)
     if len(summary) > 1:
         plot_threshold_methods(summary, out / "threshold_methods.png")
     return summary
+
+
+def write_view_report(
+    cfg: PipelineConfig,
+    folder: Path,
+    view: str,
+    records: list[RunRecord],
+    stops: Mapping[str, Any],
+    *,
+    folds: int,
+) -> dict[str, Any]:
+    """FOLDER/report.json and report.md of one view from its records and stops: the crossfit
+    report, and (K-fold views) every candidate calibrated as shipped with the per-group choice
+    (training.evaluate.candidates)."""
+    from training.evaluate.candidates import candidates_markdown, crossfit_candidates, view_folds
+    from training.evaluate.crossfit_plots import plot_threshold_methods
+    from training.evaluate.crossfit_report import crossfit_report, report_markdown
+
+    schedule = cfg.policy.schedule()
+    report = crossfit_report(
+        records,
+        stops["methods"],
+        stops["loopbrake"],
+        view=view,
+        schedule=schedule,
+        n_boot=cfg.evaluate.n_boot,
+    )
+    md = report_markdown(report)
+    fold = view_folds(view, records, folds, cfg.data.split_seed)
+    if fold is not None:
+        report["calibrated"] = crossfit_candidates(
+            records, cfg.thresholds, schedule, fold=fold, seed=cfg.data.split_seed,
+            n_boot=cfg.evaluate.n_boot,
+        )  # fmt: skip
+        md += "\n" + candidates_markdown(report["calibrated"])
+    (folder / "report.json").write_text(json.dumps(report, indent=1))
+    (folder / "report.md").write_text(md)
+    plot_threshold_methods({view: report}, folder / "threshold_methods.png")
+    return report
+
+
+def rereport(cfg: PipelineConfig, out: str | Path, *, views: Sequence[str], folds: int) -> None:
+    """Write each view's report again from OUT/<view>/records.parquet and stops.json (no
+    encoding, no fitting)."""
+    from training.data.records import load_records
+
+    for view in views:
+        folder = Path(out) / view
+        stops = json.loads((folder / "stops.json").read_text())
+        records = load_records(folder / "records.parquet")
+        write_view_report(cfg, folder, view, records, stops, folds=folds)
