@@ -36,3 +36,31 @@ def test_tfidf_run_scores_match_pipeline(featuriser, runs):
     s = bl.signals_run_scores(sig_pipe, signal_matrix(r))
     assert s.shape == (len(r.steps),)
     assert ((s > 0) & (s < 1)).all()
+
+
+def test_numpy_baselines_score_as_the_fitted_pipelines(featuriser, runs):
+    """serving.candidates (no torch, no scikit-learn) gives the pipelines' scores, also after a
+    round trip through JSON."""
+    import json
+
+    from serving.candidates import SignalsLR, TfidfLR
+    from training.export.candidates import baseline_params
+
+    ex = prefix_examples(runs, schedule=EVERY_STEP)
+    steps = [ex.step[ex.run == i] for i in range(len(runs))]
+    w = [ex.weight[ex.run == i] for i in range(len(runs))]
+    y = [0 if r.resolved else 1 for r in runs]
+    tf = bl.fit_tfidf_lr(featuriser, runs, steps, y, w)
+    x = np.concatenate([signal_matrix(r) for r in runs])
+    yy = np.concatenate([np.full(len(r.steps), 0 if r.resolved else 1) for r in runs])
+    sig = bl.fit_signals_lr(x, yy, np.ones(len(yy)))
+    params = json.loads(json.dumps(baseline_params({"signals_lr": sig, "tfidf_lr": tf})))
+    t, s = TfidfLR.from_json(params["tfidf_lr"]), SignalsLR.from_json(params["signals_lr"])
+    for r in runs[:4]:
+        np.testing.assert_allclose(
+            t.scores(bl.run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
+            rtol=1e-9, atol=1e-12,
+        )  # fmt: skip
+        np.testing.assert_allclose(
+            s.scores(signal_matrix(r)), bl.signals_run_scores(sig, signal_matrix(r)), atol=1e-12
+        )

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from monitor.schedule import Schedule
-from training.calibrate.select import STACK, oof_stack, select_per_group
 from training.config import ThresholdConfig
 from training.data.records import RunRecord
 from training.evaluate.calibrated import (
@@ -18,6 +17,7 @@ from training.evaluate.calibrated import (
     live_auroc,
 )
 from training.evaluate.candidates import SELECTED, crossfit_candidates
+from training.evaluate.select import STACK, oof_stack, select_per_group
 
 SCHED = Schedule(min_steps=3, every=1, persist=2)
 

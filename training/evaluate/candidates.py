@@ -5,7 +5,7 @@ each run scored once by models that never saw its task. For each fold f the cali
 are the other folds' records (the runs fold f's models trained on, scored out of fold): every
 candidate (the monitor, the learned baselines, the step and token limits, and the stack fitted
 on those calibration runs) gets thresholds from them by the shipped procedure
-(training.calibrate.thresholds), the per-group choice (training.calibrate.select) is made on them
+(training.calibrate.thresholds), the per-group choice (training.evaluate.select) is made on them
 alone, and fold f is stopped. The monitor is calibrated the same way here, so every candidate's
 calibration scores come from the same kind of out-of-fold model; `failfast crossfit`'s own
 monitor figures (inner out-of-fold calibration) are reported beside it for comparison.
@@ -25,14 +25,6 @@ from typing import Any
 import numpy as np
 
 from monitor.schedule import Schedule
-from training.calibrate.select import (
-    SIMPLE_FIRST,
-    STACK,
-    oof_stack,
-    record_folds,
-    select_per_group,
-    with_score,
-)
 from training.config import ThresholdConfig
 from training.data.records import RunRecord, Stops
 from training.evaluate.calibrated import (
@@ -50,6 +42,14 @@ from training.evaluate.intervals import (
     percentile_ci,
     resample_weights,
     rule_with_ci,
+)
+from training.evaluate.select import (
+    SIMPLE_FIRST,
+    STACK,
+    oof_stack,
+    record_folds,
+    select_per_group,
+    with_score,
 )
 
 log = logging.getLogger(__name__)

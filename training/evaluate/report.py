@@ -21,8 +21,9 @@ from monitor.thresholds import ThresholdTable
 from training.config import EvalConfig
 from training.data.records import RunRecord, Stops, group_records
 from training.evaluate.auroc import auroc_at_fractions
-from training.evaluate.calibrated import as_shipped, live_auroc
+from training.evaluate.calibrated import live_auroc
 from training.evaluate.ledger import ledger_metrics, oracle_stops
+from training.evaluate.shipped import as_shipped
 from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
 
 CALIBRATED = "calibrated:"

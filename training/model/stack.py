@@ -13,89 +13,36 @@ quantiles, so serving needs no scikit-learn or torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from monitor.schedule import Schedule
+from serving.candidates import Stack
 from training.data.records import RunRecord, group_records
 
 LENGTH_FEATURES = ("done_by_steps", "done_by_tokens", "log_steps", "log_tokens")
 _QUANTILES = np.linspace(0.0, 1.0, 101)
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
-@dataclass
-class StackModel:
-    """Fitted stack (see the module docstring).
-
-    Attributes:
-        bases: the base scorers, in feature order.
-        group_by: the record field groups are keyed by.
-        lengths: group -> {"steps": quantiles, "tokens": quantiles} of its resolved runs' ends.
-        models: "own:<group>" or "shared" -> {"mean", "scale", "coef", "intercept"} (lists).
-        offsets: group -> intercept offset of the shared model (its one-hot column's weight).
-    """
-
-    bases: list[str]
-    group_by: str
-    lengths: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
-    offsets: dict[str, float] = field(default_factory=dict)
+class StackModel(Stack):
+    """The fitted stack: serving.candidates.Stack (plain numpy) scored on RunRecords."""
 
     def features(self, record: RunRecord) -> np.ndarray:
         """(n, F) inputs after steps 1..n of `record`."""
         g = str(getattr(record, self.group_by))
-        n = record.n_steps
-        k = np.arange(1, n + 1, dtype=np.float64)
-        tok = np.cumsum(np.asarray(record.step_tokens, dtype=np.float64))
-        q = self.lengths.get(g) or self.lengths["*"]
-        cols = [_logit(record.scores[b]) for b in self.bases]
-        cols += [
-            _share_below(q["steps"], k),
-            _share_below(q["tokens"], tok),
-            np.log1p(k),
-            np.log1p(tok),
-        ]
-        return np.stack(cols, axis=1)
+        return self.features_for(g, record.scores, record.step_tokens)
 
     def scores(self, record: RunRecord) -> np.ndarray:
         """P(unresolved | steps 1..k) for k = 1..n."""
         g = str(getattr(record, self.group_by))
-        x = self.features(record)
-        m = self.models.get(f"own:{g}")
-        offset = 0.0
-        if m is None:
-            m = self.models["shared"]
-            offset = self.offsets.get(g, 0.0)
-        z = (x - np.asarray(m["mean"])) / np.asarray(m["scale"])
-        logit = z @ np.asarray(m["coef"]) + float(m["intercept"]) + offset
-        return 1.0 / (1.0 + np.exp(-logit))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "bases": self.bases,
-            "group_by": self.group_by,
-            "lengths": self.lengths,
-            "models": self.models,
-            "offsets": self.offsets,
-        }
+        return self.scores_for(g, record.scores, record.step_tokens)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> StackModel:
-        return cls(d["bases"], d["group_by"], d["lengths"], d["models"], d["offsets"])
-
-
-def _share_below(sorted_q: Sequence[float], x: np.ndarray) -> np.ndarray:
-    """Share of the group's resolved runs that had ended by x (interpolated on its quantiles)."""
-    q = np.asarray(sorted_q, dtype=np.float64)
-    return np.interp(x, q, np.linspace(0.0, 1.0, len(q)), left=0.0, right=1.0)
+    def from_json(cls, d: Mapping[str, Any]) -> StackModel:
+        s = Stack.from_json(d)
+        return cls(s.bases, s.group_by, s.lengths, s.models, s.offsets)
 
 
 def _lengths(recs: Sequence[RunRecord]) -> dict[str, list[float]]:
@@ -166,7 +113,7 @@ def fit_stack(
     recs = [r for r in records if all(b in r.scores for b in bases) and r.n_steps]
     if not recs:
         raise ValueError(f"no calibration records with the stack's base scores {list(bases)}")
-    model = StackModel(list(bases), group_by)
+    model = StackModel(list(bases), group_by, {}, {}, {})
     by_group = group_records(recs, group_by)
     model.lengths = {g: _lengths(rs) for g, rs in by_group.items()}
     model.lengths["*"] = _lengths(recs)

@@ -1,0 +1,216 @@
+"""The candidate scorers a bundle can ship besides the LM probe, as plain numpy parameters.
+
+No torch and no scikit-learn: each is a few arrays in JSON (training.export.candidates writes
+them from the fitted pipelines) and scores every prefix of a run the way the fitted pipeline
+does (tests compare the two).
+
+- `SignalsLR`: arcsinh -> standardise -> logistic regression on the loop-signal rows.
+- `TfidfLR`: term counts of the rendered prefix (the featuriser's header and step pieces),
+  sublinear TF-IDF, L2 norm, logistic regression.
+- `Stack`: logistic regression over the base scores' logits and the run's length so far against
+  its group's resolved runs (training.model.stack fits it).
+- `length_scores`: the step and token limits as scores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+STEP_LIMIT = "step_limit"
+TOKEN_LIMIT = "token_limit"
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def length_scores(step_tokens: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+    """The length rules as scores after steps 1..k: steps so far / 1e4, tokens so far / 1e9
+    (scaled below 1 so threshold midpoints behave as for probabilities)."""
+    tok = np.asarray(step_tokens, dtype=np.float64)
+    return {
+        STEP_LIMIT: np.arange(1, len(tok) + 1, dtype=np.float64) / 1e4,
+        TOKEN_LIMIT: np.cumsum(tok) / 1e9,
+    }
+
+
+@dataclass
+class SignalsLR:
+    """P(unresolved) from signal rows: sigmoid(((asinh x - mean) / scale) . coef + intercept)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+
+    def scores(self, signals: np.ndarray) -> np.ndarray:
+        if not len(signals):
+            return np.zeros(0)
+        z = (np.arcsinh(np.asarray(signals, dtype=np.float64)) - self.mean) / self.scale
+        return _sigmoid(z @ self.coef + self.intercept)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "signals_lr",
+            "mean": self.mean.tolist(),
+            "scale": self.scale.tolist(),
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> SignalsLR:
+        return cls(
+            np.asarray(d["mean"], dtype=np.float64),
+            np.asarray(d["scale"], dtype=np.float64),
+            np.asarray(d["coef"], dtype=np.float64),
+            float(d["intercept"]),
+        )
+
+
+@dataclass
+class TfidfLR:
+    """P(unresolved) from the rendered prefix text (see the module docstring).
+
+    Attributes:
+        vocabulary: term -> column; idf: (V,); coef: (V,); token_pattern: the term regex
+            (text lowercased first, as scikit-learn's CountVectorizer does by default).
+    """
+
+    vocabulary: dict[str, int]
+    idf: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    token_pattern: str = r"(?u)\b\w\w+\b"
+
+    def __post_init__(self) -> None:
+        self._re = re.compile(self.token_pattern)
+
+    def piece_counts(self, piece: str) -> dict[int, float]:
+        """Vocabulary column -> count of one rendered piece's terms."""
+        out: dict[int, float] = {}
+        for term in self._re.findall(piece.lower()):
+            j = self.vocabulary.get(term)
+            if j is not None:
+                out[j] = out.get(j, 0.0) + 1.0
+        return out
+
+    def scores(self, pieces: Sequence[str]) -> np.ndarray:
+        """P(unresolved | prefix k) for k = 1..n from the header + n step pieces (no token spans
+        two pieces: each starts and ends with a newline)."""
+        counts: dict[int, float] = {}
+        out = []
+        for k, piece in enumerate(pieces):
+            for j, c in self.piece_counts(piece).items():
+                counts[j] = counts.get(j, 0.0) + c
+            if k == 0:
+                continue  # the header alone is no prefix
+            cols = np.fromiter(counts, dtype=np.int64, count=len(counts))
+            tf = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+            x = (1.0 + np.log(tf)) * self.idf[cols] if len(cols) else tf
+            norm = float(np.sqrt((x * x).sum()))
+            z = float((x * self.coef[cols]).sum()) / norm if norm else 0.0
+            out.append(z + self.intercept)
+        return _sigmoid(np.asarray(out, dtype=np.float64))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "tfidf_lr",
+            "vocabulary": self.vocabulary,
+            "idf": self.idf.tolist(),
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept,
+            "token_pattern": self.token_pattern,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TfidfLR:
+        return cls(
+            {str(k): int(v) for k, v in d["vocabulary"].items()},
+            np.asarray(d["idf"], dtype=np.float64),
+            np.asarray(d["coef"], dtype=np.float64),
+            float(d["intercept"]),
+            str(d.get("token_pattern", r"(?u)\b\w\w+\b")),
+        )
+
+
+def share_below(quantiles: Sequence[float], x: np.ndarray) -> np.ndarray:
+    """Share of a group's resolved runs that had ended by x (interpolated on its quantiles)."""
+    q = np.asarray(quantiles, dtype=np.float64)
+    return np.interp(x, q, np.linspace(0.0, 1.0, len(q)), left=0.0, right=1.0)
+
+
+@dataclass
+class Stack:
+    """The stack's parameters (training.model.stack fits them).
+
+    Attributes:
+        bases: the base scorers, in feature order.
+        group_by: the run field groups are keyed by ("agent" or "source").
+        lengths: group (or "*": all) -> {"steps", "tokens"}: quantiles of its resolved runs' ends.
+        models: "own:<group>" or "shared" -> {"mean", "scale", "coef", "intercept"}.
+        offsets: group -> intercept offset of the shared model.
+    """
+
+    bases: list[str]
+    group_by: str
+    lengths: dict[str, dict[str, list[float]]]
+    models: dict[str, dict[str, Any]]
+    offsets: dict[str, float]
+
+    def features_for(
+        self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """(n, F) inputs after steps 1..n: base logits, then the length features."""
+        n = len(step_tokens)
+        k = np.arange(1, n + 1, dtype=np.float64)
+        tok = np.cumsum(np.asarray(step_tokens, dtype=np.float64))
+        q = self.lengths.get(group) or self.lengths["*"]
+        cols = [_logit(base_scores[b]) for b in self.bases]
+        cols += [
+            share_below(q["steps"], k),
+            share_below(q["tokens"], tok),
+            np.log1p(k),
+            np.log1p(tok),
+        ]
+        return np.stack(cols, axis=1)
+
+    def scores_for(
+        self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """P(unresolved | steps 1..k) for k = 1..n."""
+        x = self.features_for(group, base_scores, step_tokens)
+        m = self.models.get(f"own:{group}")
+        offset = 0.0
+        if m is None:
+            m = self.models["shared"]
+            offset = self.offsets.get(group, 0.0)
+        z = (x - np.asarray(m["mean"])) / np.asarray(m["scale"])
+        return _sigmoid(z @ np.asarray(m["coef"]) + float(m["intercept"]) + offset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "stack",
+            "bases": self.bases,
+            "group_by": self.group_by,
+            "lengths": self.lengths,
+            "models": self.models,
+            "offsets": self.offsets,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Stack:
+        return cls(
+            list(d["bases"]), str(d["group_by"]), dict(d["lengths"]), dict(d["models"]),
+            {str(k): float(v) for k, v in d["offsets"].items()},
+        )  # fmt: skip
