@@ -65,6 +65,10 @@ def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
     m2 = run_pipeline(cfg, runs, tmp_path / "out2")
     assert (tmp_path / "out2" / "thresholds.json").is_file()
     assert (tmp_path / "out2" / "bundle" / "model.onnx").is_file()
+    cands = json.loads((tmp_path / "out2" / "bundle" / "candidates.json").read_text())
+    assert {"signals_lr", "tfidf_lr", "step_limit", "token_limit"} <= set(cands["thresholds"])
+    assert set(cands["params"]) == {"signals_lr", "tfidf_lr"}
+    assert set(cands["chosen"]) == {"alpha", "beta"} or cands["group_by"] == "source"
     assert m2["feature_pass"]["runs_encoded"] == 0
     assert m2["feature_pass"]["runs_cached"] > 0
     again = load_records(tmp_path / "out2" / "records" / "val.parquet")

@@ -116,3 +116,37 @@ def _calibrated(
         for n, (_, used) in per.items()
     }
     return stops, info
+
+
+def shipped_candidates(
+    calibration: Sequence[RunRecord], table: Any, *, scorers: Sequence[str]
+) -> dict[str, Any]:
+    """What a bundle carries besides the monitor (candidates.json): every candidate's thresholds
+    picked on `calibration` by the monitor's procedure (its calibrated baselines), the stack's
+    numpy parameters, and per group the candidate chosen on the calibration runs (with the
+    held-out tokens saved behind the choice). Scores of scikit-learn baselines are added by the
+    caller (training.export.candidates)."""
+    tcfg = table_config(table)
+    sched = table.schedule
+    cal = [r for r in calibration if all(s in r.scores for s in scorers)]
+    add_length_scores(cal)
+    names = [*scorers, *LENGTH_SCORERS]
+    out: dict[str, Any] = {"group_by": tcfg.group_by, "calibration_runs": len(cal)}
+    try:
+        cal, model = oof_stack(cal, schedule=sched, group_by=tcfg.group_by)
+        names.append(STACK)
+        out["stack"] = model.to_json()
+    except ValueError as e:
+        out["stack_refused"] = str(e)
+    tables = calibrated_tables(cal, names, tcfg, sched)
+    out["thresholds"] = {n: t.to_json() for n, t in tables.items()}
+    choice = select_per_group(cal, names, tcfg, sched, targets=list(tcfg.targets))
+    out["chosen"] = {
+        g: {"scorer": c["chosen"] or "monitor", "held_out_saved": c["mean_saved"]}
+        for g, c in choice.items()
+    }
+    out["why"] = (
+        "per group, the candidate saving the most tokens on calibration runs held out of its "
+        "thresholds (mean over the targets; a simpler one within 0.5 points wins)"
+    )
+    return out

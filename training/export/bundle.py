@@ -179,6 +179,8 @@ def write_bundle(
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
         shutil.copytree(tdir / "baselines", out / "baselines")
+    if tdir is not None and (tdir / "candidates.json").is_file():  # calibrated baselines, choice
+        shutil.copyfile(tdir / "candidates.json", out / "candidates.json")
     manifest = _manifest(model, meta, found, cfg, report)
     (out / "README.md").write_text(model_card(manifest))
     write_manifest(out, manifest)

@@ -131,6 +131,8 @@ def run_pipeline(
             save_records(out / "records" / "train_oof.parquet", oof_records)
             calibration = calibration + oof_records
         _write_thresholds(cfg, out, calibration)
+        if baselines:
+            _write_candidates(cfg, out, records["val"], baselines)
         stages.export(cfg, out)
     return metrics
 
@@ -144,3 +146,20 @@ def _write_thresholds(cfg: PipelineConfig, out: Path, calibration: list[Any]) ->
         calibration, cfg.thresholds.calibration, group_by=cfg.thresholds.group_by
     )
     (out / "thresholds.json").write_text(json.dumps(th.to_json(), indent=1) + "\n")
+
+
+def _write_candidates(
+    cfg: PipelineConfig, out: Path, calibration: list[Any], baselines: dict[str, Any]
+) -> None:
+    """OUT/candidates.json: the calibrated baselines, the stack and the per-group choice
+    (training.evaluate.shipped), with the baselines as numpy parameters; copied into the bundle."""
+    from monitor.thresholds import ThresholdTable
+    from training.evaluate.shipped import shipped_candidates
+    from training.export.candidates import baseline_params
+
+    table = ThresholdTable.model_validate(json.loads((out / "thresholds.json").read_text()))
+    cands = shipped_candidates(calibration, table, scorers=["monitor", *baselines])
+    cands["params"] = baseline_params(baselines)
+    tmp = out / "candidates.json.tmp"
+    tmp.write_text(json.dumps(cands) + "\n")
+    tmp.replace(out / "candidates.json")
