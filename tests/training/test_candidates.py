@@ -128,6 +128,7 @@ def test_crossfit_candidates_reports_every_candidate_and_the_choice(
 ) -> None:
     rep = crossfit_candidates(records, _tcfg(), SCHED, n_boot=20)
     assert SELECTED in rep["mean_per_agent"]["0.05"]
+    assert "selected_per_target" in rep["mean_per_agent"]["0.05"]
     assert set(rep["candidates"]) >= {"monitor", "tfidf_lr", STEP_LIMIT, STACK}
     a = rep["per_agent"]["a"]["targets"]["0.1"]
     b = rep["per_agent"]["b"]["targets"]["0.1"]

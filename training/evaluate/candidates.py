@@ -54,6 +54,9 @@ from training.evaluate.select import (
 
 log = logging.getLogger(__name__)
 SELECTED = "selected"
+"""The per-group choice: one candidate per group for every target."""
+SELECTED_PER_TARGET = "selected_per_target"
+"""The per-group choice made for each target alone."""
 
 
 def crossfit_candidates(
@@ -98,10 +101,11 @@ def crossfit_candidates(
         if not candidates:
             have = set.intersection(*(set(r.scores) for r in records)) | {STACK}
             candidates = [c for c in SIMPLE_FIRST if c in have]
-            stops = {c: {t: {} for t in targets} for c in [*candidates, SELECTED]}
+            names = [*candidates, SELECTED, SELECTED_PER_TARGET]
+            stops = {c: {t: {} for t in targets} for c in names}
         tables = calibrated_tables(cal, candidates, tcfg, schedule)
         choice = select_per_group(cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1)
-        choices.append({g: {"chosen": c["chosen"], "mean_saved": c["mean_saved"]}
+        choices.append({g: {k: c[k] for k in ("chosen", "chosen_by_target", "mean_saved")}
                         for g, c in choice.items()})  # fmt: skip
         for t in targets:
             per = calibrated_stops(test, tables, t)
@@ -112,6 +116,8 @@ def crossfit_candidates(
                 g = str(getattr(r, tcfg.group_by))
                 c = (choice.get(g) or {}).get("chosen") or "monitor"
                 stops[SELECTED][t][r.run_id] = per[c][0][r.run_id]
+                c = ((choice.get(g) or {}).get("chosen_by_target") or {}).get(f"{t:g}") or c
+                stops[SELECTED_PER_TARGET][t][r.run_id] = per[c][0][r.run_id]
     if no_stack:
         stops.pop(STACK, None)
         scored = [dataclasses.replace(r, scores={k: v for k, v in r.scores.items() if k != STACK})
@@ -146,7 +152,7 @@ def _report(
     seed: int,
 ) -> dict[str, Any]:
     names = list(stops)
-    scorers = [n for n in names if n != SELECTED]
+    scorers = [n for n in names if n not in (SELECTED, SELECTED_PER_TARGET)]
     per_agent: dict[str, Any] = {}
     draws: dict[str, dict[str, list[np.ndarray]]] = {
         f"{t:g}": {n: [] for n in names} for t in targets
@@ -184,13 +190,17 @@ def _report(
                 "fpr_mean": float(np.nanmean(fprs)),
                 "fpr_max": float(np.nanmax(fprs)),
             }
-        sel = np.stack(draws[key][SELECTED])
-        for n in scorers:
-            d = np.nanmean(sel - np.stack(draws[key][n]), axis=0)
-            mean[key][n]["selected_minus"] = {
-                "delta": mean[key][SELECTED]["saved"] - mean[key][n]["saved"],
-                "ci": percentile_ci(d),
-            }
+        for choice_name, field in (
+            (SELECTED, "selected_minus"),
+            (SELECTED_PER_TARGET, "per_target_minus"),
+        ):
+            sel = np.stack(draws[key][choice_name])
+            for n in scorers:
+                d = np.nanmean(sel - np.stack(draws[key][n]), axis=0)
+                mean[key][n][field] = {
+                    "delta": mean[key][choice_name]["saved"] - mean[key][n]["saved"],
+                    "ci": percentile_ci(d),
+                }
     live = {s: mean_live_auroc({a: e["live_auroc"][s] for a, e in per_agent.items()})
             for s in scorers}  # fmt: skip
     return {
@@ -208,14 +218,17 @@ def candidates_markdown(rep: dict[str, Any]) -> str:
     """Tables of the as-shipped comparison: mean per agent, then per agent."""
     lines = ["## Calibrated as shipped (every candidate by the monitor's procedure)", ""]
     lines += ["| target | scorer | mean per-agent saved % [CI] | mean FPR % | max FPR % | "
-              "selected minus [CI] |", "|---|---|---|---:|---:|---|"]  # fmt: skip
+              "selected minus [CI] | selected_per_target minus [CI] |",
+              "|---|---|---|---:|---:|---|---|"]  # fmt: skip
     for key, per in rep["mean_per_agent"].items():
         for n, v in per.items():
-            d = v.get("selected_minus")
-            dd = f"{100 * d['delta']:.1f}{_ci(d['ci'])}" if d else ""
+            dd = [
+                f"{100 * d['delta']:.1f}{_ci(d['ci'])}" if (d := v.get(f)) else ""
+                for f in ("selected_minus", "per_target_minus")
+            ]
             lines.append(
                 f"| {key} | {n} | {100 * v['saved']:.1f}{_ci(v['saved_ci'])} | "
-                f"{100 * v['fpr_mean']:.1f} | {100 * v['fpr_max']:.1f} | {dd} |"
+                f"{100 * v['fpr_mean']:.1f} | {100 * v['fpr_max']:.1f} | {dd[0]} | {dd[1]} |"
             )
     lines += ["", "Mean per-agent live AUROC: ", ""]
     for s, pts in rep["mean_per_agent_live_auroc"].items():

@@ -6,8 +6,9 @@ into instance folds; each candidate is calibrated (training.calibrate.thresholds
 procedure) on all folds but one and stops the held-out fold, so every calibration run is
 stopped once by thresholds that never saw it. Per group, the candidate saving the most tokens on
 those stops (mean over the targets) wins, unless a simpler candidate is within `tie` of it
-(simple rule wins ties); a candidate whose held-out FPR passes 1.5x a target is out. The test
-runs are never looked at.
+(simple rule wins ties); a candidate whose held-out FPR passes 1.5x a target is out.
+`chosen_by_target` makes the same choice for each target alone. The test runs are never looked
+at.
 """
 
 from __future__ import annotations
@@ -127,5 +128,21 @@ def select_per_group(
                 mean_saved[c] = float(np.mean([v["saved"] for v in per_t.values()]))
         best = max(mean_saved.values()) if mean_saved else 0.0
         chosen = next((c for c in order if c in mean_saved and mean_saved[c] >= best - tie), None)
-        out[g] = {"chosen": chosen, "inner": inner, "mean_saved": mean_saved}
+        by_target = {}
+        for t in targets:
+            key_t = f"{t:g}"
+            ok_t = {
+                c: v[key_t]["saved"]
+                for c, v in inner.items()
+                if key_t in v
+                and not (v[key_t]["fpr"] == v[key_t]["fpr"] and v[key_t]["fpr"] > 1.5 * t)
+            }
+            top = max(ok_t.values()) if ok_t else 0.0
+            by_target[key_t] = next((c for c in order if c in ok_t and ok_t[c] >= top - tie), None)
+        out[g] = {
+            "chosen": chosen,
+            "chosen_by_target": by_target,
+            "inner": inner,
+            "mean_saved": mean_saved,
+        }
     return out

@@ -142,7 +142,11 @@ def shipped_candidates(
     out["thresholds"] = {n: t.to_json() for n, t in tables.items()}
     choice = select_per_group(cal, names, tcfg, sched, targets=list(tcfg.targets))
     out["chosen"] = {
-        g: {"scorer": c["chosen"] or "monitor", "held_out_saved": c["mean_saved"]}
+        g: {
+            "scorer": c["chosen"] or "monitor",
+            "by_target": c.get("chosen_by_target", {}),
+            "held_out_saved": c["mean_saved"],
+        }
         for g, c in choice.items()
     }
     out["why"] = (
