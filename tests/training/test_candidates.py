@@ -144,7 +144,7 @@ def test_evaluate_json_has_calibrated_baselines_beside_the_monitor(
 ) -> None:
     from training.calibrate.thresholds import pick_thresholds
     from training.config import EvalConfig
-    from training.evaluate.report import evaluate
+    from training.evaluate.report import evaluate, markdown_table
 
     cal = [r for i, r in enumerate(records) if i % 4 < 2]
     test = [r for i, r in enumerate(records) if i % 4 >= 2]
@@ -163,3 +163,6 @@ def test_evaluate_json_has_calibrated_baselines_beside_the_monitor(
     tab = calibrated_tables(cal, [STEP_LIMIT], _tcfg(), SCHED)[STEP_LIMIT]
     assert th == tab.lookup("a", 0.1).stop
     assert out["calibrated_baselines"]["selected"]["choice"]["b"]["chosen"] in ("tfidf_lr", STACK)
+    table = markdown_table(out)
+    assert "| overall | tfidf_lr (calibrated as shipped) |" in table
+    assert "| overall | tfidf_lr (tuned on these runs) |" in table

@@ -262,7 +262,13 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     ]
     scopes = [*((s, v) for s, v in result["per_source"].items()), ("overall", result)]
     for scope, sec in scopes:
-        rows = [("monitor", sec["monitor"]), *sec["baselines"].items(), ("oracle", sec["oracle"])]
+        rows = [
+            ("monitor", sec["monitor"]),
+            *((f"{n} (calibrated as shipped)", m) for n, m in sec.get("calibrated_baselines", {}).items()),
+            *((f"{n} (tuned on these runs)" if m.get("info", {}).get("matched_to_monitor_fpr") else n, m)
+              for n, m in sec["baselines"].items()),
+            ("oracle", sec["oracle"]),
+        ]  # fmt: skip
         for name, m in rows:
             ci = m.get("fpr_ci") or [None, None]
             lines.append(
