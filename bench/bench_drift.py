@@ -56,7 +56,7 @@ class ReplayScorer:
         self.target = target
         self.policy: dict[str, Any] = {}
         self.bundle = SimpleNamespace(
-            thresholds=SimpleNamespace(per_agent={AGENT: None}),
+            thresholds=SimpleNamespace(groups={AGENT: None}),
             path=Path("replay"),
             sha256="",
             calibration={"by": "bench_drift", "note": "threshold set wrong on purpose"},

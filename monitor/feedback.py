@@ -30,7 +30,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
-from monitor.thresholds import group_name
+from monitor.thresholds import DEFAULT_TARGET, group_name
 
 log = logging.getLogger("failfast.drift")
 
@@ -118,12 +118,12 @@ class Feedback:
     @classmethod
     def for_scorer(cls, scorer: Any, **kwargs: Any) -> Feedback:
         """A Feedback at the scorer's target over its bundle's threshold groups (a scorer without
-        them, e.g. ScriptedScorer: target 0.05, every agent "other")."""
-        target = getattr(scorer, "target", None) or 0.05
+        them, e.g. ScriptedScorer: the default target, every agent "other")."""
+        target = getattr(scorer, "target", None) or DEFAULT_TARGET
         groups: list[str] = []
         table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
         if table is not None:
-            groups = list(table.per_agent)
+            groups = list(table.groups)
             kwargs.setdefault("group_by", getattr(table, "group_by", "agent"))
         return cls(float(target), groups, **kwargs)
 

@@ -13,14 +13,27 @@ import logging
 import math
 from collections.abc import Container
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, model_validator
 
 from monitor.config import StrictModel
 from monitor.schedule import Schedule
 
 log = logging.getLogger(__name__)
+
+# The serving defaults, defined here once: training.config, the manifest and feedback read them.
+DEFAULT_TARGET = 0.05
+"""Run-level FPR target served when neither the bundle nor the caller names one."""
+DEFAULT_GROUP_BY: Literal["agent", "source"] = "source"
+"""What thresholds are grouped by: the run's data source (every shipped config's choice)."""
+DEFAULT_MARGIN = 2.0
+"""Each target is fitted at target / margin (docs/RESULTS.md, "Shift views", says why 2)."""
+DEFAULT_FALLBACK: Literal["pooled", "none"] = "none"
+"""A group without its own threshold for a target gets no stop by score (warn only)."""
+_BEFORE_GROUPS = {"group_by": "agent", "margin": 1.0, "fallback": "pooled"}
+"""What a thresholds.json in the format before `groups` (its groups under `per_agent`) meant by
+a field it leaves out: such files are read as they were written."""
 
 
 def group_name(groups: Container[str], group_by: str, agent: str, source: str = "") -> str:
@@ -97,26 +110,36 @@ class ThresholdTable(StrictModel):
     """"conformal", "clopper-pearson" or "empirical"."""
     schedule: Schedule
     """The check schedule the thresholds were calibrated for (the served policy uses it)."""
-    group_by: str = "agent"
-    """What the per_agent keys name: the run's "agent" family or its "source"."""
+    group_by: Literal["agent", "source"] = DEFAULT_GROUP_BY
+    """What the group names are: the run's "agent" family or its "source"."""
     targets: list[float]
     """Run-level FPR targets fitted."""
-    per_agent: dict[str, GroupThresholds] = Field(default_factory=dict)
-    """Group name -> its thresholds."""
+    groups: dict[str, GroupThresholds] = Field(
+        default_factory=dict, validation_alias=AliasChoices("groups", "per_agent")
+    )
+    """Group name -> its thresholds (read also as `per_agent`, the name before groups)."""
     pooled: GroupThresholds
     """All calibration runs together: the fallback of refused targets and unknown groups."""
     calibration: dict[str, Any] | None = None
     """Which runs calibrated the table, per group (written by `failfast train`)."""
-    margin: float = 1.0
+    margin: float = DEFAULT_MARGIN
     """Each target was fitted at target / margin (a safety margin against task shift)."""
-    fallback: str = "pooled"
+    fallback: Literal["pooled", "none"] = DEFAULT_FALLBACK
     """What a group without its own threshold for a target uses: "pooled" (the pooled
     threshold, whose FPR for that group is not certified) or "none" (no stop by score: the
     target is refused for that group, warn only)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_before_groups(cls, data: Any) -> Any:
+        """A file with `per_agent` keeps the meaning its absent fields had when it was written."""
+        if isinstance(data, dict) and "per_agent" in data and "groups" not in data:
+            return {**_BEFORE_GROUPS, **data}
+        return data
+
     def group_of(self, agent: str, source: str = "") -> str:
         """The group name a run is looked up under (`group_name` over this table's groups)."""
-        return group_name(self.per_agent, self.group_by, agent, source)
+        return group_name(self.groups, self.group_by, agent, source)
 
     def lookup(self, agent: str | None, target: float) -> Thresholds:
         """Stop and warn thresholds of `agent` (a group name) at `target`.
@@ -128,13 +151,13 @@ class ThresholdTable(StrictModel):
         by score. The warn threshold is the agent's own when it was calibrated, else the pooled
         one.
         """
-        own = self.per_agent.get(agent) if agent is not None else None
-        if agent is not None and own is None and self.per_agent:
+        own = self.groups.get(agent) if agent is not None else None
+        if agent is not None and own is None and self.groups:
             log.warning(
                 "%r has no calibrated thresholds (they are keyed by %s: %s); %s",
                 agent,
                 self.group_by,
-                ", ".join(sorted(self.per_agent)),
+                ", ".join(sorted(self.groups)),
                 "no stop by score (fallback none; `failfast calibrate` gives it thresholds)"
                 if self.fallback == "none"
                 else "using the pooled ones",

@@ -9,7 +9,6 @@ names, thresholds, policy, versions) and the sha256 of every other file in the b
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +16,17 @@ from typing import Any
 
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable
+from serving.manifest import MANIFEST, Manifest, read_manifest, sha256_file
 
-MANIFEST = "monitor.json"
+__all__ = [
+    "BUNDLE_FORMAT",
+    "MANIFEST",
+    "Bundle",
+    "load_bundle",
+    "read_policy",
+    "sha256_file",
+    "start_record",
+]
 BUNDLE_FORMAT = 2
 """Version of the bundle layout; a loader refuses other versions. 2: model_kv.onnx takes several
 sessions as rows (left-padded past, right-padded new tokens, per-row positions and last token);
@@ -26,32 +34,6 @@ format 1 graphs assumed one unpadded row and would score a batched row wrongly."
 MIN_ONNXRUNTIME = (1, 16)
 """Oldest onnxruntime that runs the exported opsets (17)."""
 REQUIRED = ("model.onnx", "model_kv.onnx", "tokenizer.json")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under `root` except monitor.json, keyed by POSIX relative path."""
-    return {
-        p.relative_to(root).as_posix(): sha256_file(p)
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.relative_to(root).as_posix() != MANIFEST
-    }
-
-
-def write_manifest(root: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Add the file hashes to `manifest` and write it as root/monitor.json (last, after every file)."""
-    manifest = dict(manifest)
-    manifest["files"] = file_hashes(root)
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    return manifest
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -68,45 +50,44 @@ class Bundle:
 
     Attributes:
         path: the bundle folder.
-        manifest: monitor.json as a dict.
+        manifest: monitor.json, typed.
         sha256: sha256 of monitor.json as read (it lists the sha256 of every other file, so it
             names the whole bundle; what `--bundle-sha256` pins).
     """
 
     path: Path
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)
     sha256: str = ""
 
     @property
     def featuriser(self) -> dict[str, Any]:
-        return dict(self.manifest.get("featuriser") or {})
+        return self.manifest.featuriser.model_dump()
 
     @property
     def signal_names(self) -> list[str]:
-        return list(self.manifest.get("signal_names") or [])
+        return list(self.manifest.signal_names)
 
     @property
     def thresholds(self) -> ThresholdTable | None:
         """thresholds.json as exported (None: the bundle was exported without thresholds)."""
-        th = self.manifest.get("thresholds")
-        return ThresholdTable.model_validate(th) if th else None
+        return self.manifest.thresholds
 
     @property
     def policy(self) -> dict[str, Any]:
         """The PolicyConfig dict; its schedule is the one the thresholds were calibrated for."""
-        return dict(self.manifest.get("policy") or {})
+        return self.manifest.policy.model_dump()
 
     @property
     def target(self) -> float:
-        return float(self.manifest.get("target", 0.05))
+        return self.manifest.target
 
     @property
     def calibration(self) -> dict[str, Any]:
         """Where the served thresholds come from, without local paths (what serving states):
         the `failfast calibrate` record of monitor.json (docs/BUNDLE.md) less its command line,
         data paths and history; else the training run's (thresholds.json `calibration`)."""
-        rec = self.manifest.get("calibration")
-        if isinstance(rec, dict):
+        rec = self.manifest.calibration
+        if rec is not None:
             out = {k: v for k, v in rec.items() if k not in ("command", "history")}
             if isinstance(out.get("data"), dict):
                 out["data"] = {
@@ -119,15 +100,15 @@ class Bundle:
                 }
             out["earlier_calibrations"] = len(rec.get("history") or [])
             return out
-        table = self.manifest.get("thresholds") or {}
-        if not table:
+        table = self.manifest.thresholds
+        if table is None:
             return {"by": None, "note": "exported without thresholds: no stop by score"}
-        return {"by": "failfast train", **(table.get("calibration") or {})}
+        return {"by": "failfast train", **(table.calibration or {})}
 
     @property
     def kv(self) -> dict[str, int]:
-        """{"n_layers", "kv_heads", "head_dim"} of the KV graph's cache tensors."""
-        return {k: int(v) for k, v in (self.manifest.get("kv") or {}).items()}
+        """{"n_layers", "kv_heads", "head_dim", "pooled_hidden"} of the KV graph's caches."""
+        return self.manifest.kv.model_dump() if self.manifest.kv is not None else {}
 
     def graph(self, name: str, *, int8: bool = False) -> Path:
         """Path of a graph ("model.onnx" or "model_kv.onnx"), its int8 twin when asked."""
@@ -137,7 +118,7 @@ class Bundle:
         if not p.is_file():
             hint = " (export with --int8)" if int8 else ""
             raise BundleError(f"{p}: graph missing from the bundle{hint}")
-        if name not in (self.manifest.get("files") or {}):
+        if name not in self.manifest.files:
             # only files listed with a hash were verified at load: never run an unverified graph
             raise BundleError(f"{p}: not listed in monitor.json, so not verified; re-export")
         return p
@@ -161,7 +142,7 @@ def start_record(scorer: Any) -> dict[str, Any]:
     import time
 
     bundle: Bundle | None = getattr(scorer, "bundle", None)
-    files = (bundle.manifest.get("files") or {}) if bundle is not None else {}
+    files = bundle.manifest.files if bundle is not None else {}
     return {
         "ts": round(time.time(), 3),
         "event": "start",
@@ -203,20 +184,8 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
             f"{mpath}: sha256 is {manifest_sha256}, not the pinned {sha256.strip().lower()} "
             "(--bundle-sha256): the bundle was changed or is not the one you deployed"
         )
-    try:
-        manifest = json.loads(raw)
-    except ValueError as e:
-        raise BundleError(f"{mpath}: invalid JSON: {e}") from e
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{mpath}: manifest must be a JSON object")
-    for name, kind in _FIELD_TYPES.items():
-        if manifest.get(name) is not None and not isinstance(manifest[name], kind):
-            raise BundleError(
-                f"{mpath}: field {name!r} must be {_KIND_NAMES[kind]}, not "
-                f"{type(manifest[name]).__name__} ({json.dumps(manifest[name], default=str)[:80]})"
-            )
-    versions = manifest.get("versions") or {}
-    fmt = versions.get("bundle_format")
+    manifest = read_manifest(raw, mpath)
+    fmt = manifest.versions.get("bundle_format")
     if fmt != BUNDLE_FORMAT:
         hint = (
             " (an older export: run `failfast export --train-dir OUT --out NEW` on the training "
@@ -235,20 +204,12 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
         raise BundleError(
             f"{root}: onnxruntime {onnxruntime.__version__} is too old, need >= {need}"
         )
-    from monitor.signals import SIGNAL_NAMES
-
-    unknown = [s for s in manifest.get("signal_names") or [] if s not in SIGNAL_NAMES]
-    if unknown:
-        raise BundleError(f"{mpath}: signals {unknown} are not computed by this monitor version")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
+    if not manifest.files:
         raise BundleError(f"{mpath}: no file hashes ('files') in the manifest")
-    if not all(isinstance(v, str) for v in files.values()):
-        raise BundleError(f"{mpath}: 'files' must map file names to sha256 strings")
     for name in REQUIRED:
-        if name not in files:
+        if name not in manifest.files:
             raise BundleError(f"{mpath}: required file {name} is not listed")
-    for name, digest in files.items():
+    for name, digest in manifest.files.items():
         if Path(name).is_absolute() or ".." in Path(name).parts:
             raise BundleError(f"{mpath}: listed file {name!r} points outside the bundle")
         p = root / name
@@ -256,76 +217,18 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
             raise BundleError(f"{p}: listed in monitor.json but missing")
         if verify and sha256_file(p) != digest:
             raise BundleError(f"{p}: sha256 does not match monitor.json (file changed or corrupt)")
-    bundle = Bundle(root, manifest, manifest_sha256)
-    check_manifest(bundle, mpath)
-    return bundle
-
-
-def _check_thresholds(bundle: Bundle) -> None:
-    """Look every calibrated group up at every target (a malformed table raises here)."""
-    table = bundle.thresholds
-    agents = [None, *(table.per_agent if table else {})]
-    targets = [bundle.target, *(table.targets if table else [])]
-    for agent in agents:
-        for target in targets:
-            bundle.thresholds_for(agent, float(target))
-
-
-def check_manifest(bundle: Bundle, mpath: Path) -> None:
-    """Every field the scorer will read, read once now: a wrong type is a BundleError naming the
-    field at load time, not an exception in the middle of a run (where `failfast watch` would
-    exit 1, the stop code).
-    """
-    from monitor.featurise import FeaturiserConfig
-    from monitor.policy import PolicyConfig
-
-    m = bundle.manifest
-    checks: dict[str, Any] = {  # in dependency order: policy reads the thresholds' schedule
-        "thresholds": lambda: _check_thresholds(bundle),
-        "featuriser": lambda: FeaturiserConfig.model_validate(bundle.featuriser),
-        "policy": lambda: PolicyConfig.model_validate(bundle.policy),
-        "target": lambda: 0 < bundle.target < 1 or _bad("a number between 0 and 1"),
-        "kv": lambda: (
-            all(k in bundle.kv for k in ("n_layers", "kv_heads", "head_dim"))
-            or _bad("an object with n_layers, kv_heads and head_dim")
-        ),
-    }
-    for name, check in checks.items():
-        try:
-            check()
-        except Exception as e:  # noqa: BLE001 - any failure here is a malformed field
-            value = json.dumps(m.get(name), default=str)[:120]
-            raise BundleError(
-                f"{mpath}: field {name!r} is malformed ({e}); it holds {value}"
-            ) from e
-
-
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "versions": dict,
-    "files": dict,
-    "featuriser": dict,
-    "thresholds": dict,
-    "policy": dict,
-    "kv": dict,
-    "signal_names": list,
-    "target": (int, float),
-}
-_KIND_NAMES = {dict: "an object", list: "a list", (int, float): "a number"}
-
-
-def _bad(what: str) -> bool:
-    raise ValueError(f"must be {what}")
+    return Bundle(root, manifest, manifest_sha256)
 
 
 def read_policy(path: str | Path) -> dict[str, Any]:
     """The bundle's PolicyConfig dict, read leniently (no hash check): what a hook whose bundle
     failed to load still applies (loops, budgets). {} when even that cannot be read."""
+    import json
+
     from monitor.policy import PolicyConfig
 
     try:
-        manifest = json.loads((Path(path) / MANIFEST).read_bytes())
-        policy = Bundle(Path(path), manifest).policy
-        PolicyConfig.model_validate(policy)
+        policy = json.loads((Path(path) / MANIFEST).read_bytes()).get("policy") or {}
+        return PolicyConfig.model_validate(policy).model_dump() if policy else {}
     except Exception:  # noqa: BLE001 - a broken manifest just means the default policy
         return {}
-    return policy

@@ -15,6 +15,7 @@ from pydantic import Field
 from monitor.config import StrictModel, load_config
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
+from monitor.thresholds import DEFAULT_FALLBACK, DEFAULT_GROUP_BY, DEFAULT_MARGIN, DEFAULT_TARGET
 
 DEFAULT_TARGETS = (0.01, 0.02, 0.05, 0.1, 0.25)
 """Run-level FPR targets a thresholds.json holds by default."""
@@ -152,7 +153,7 @@ class ThresholdConfig(StrictModel):
     """Run-level FPR targets to pick a threshold for."""
     warn_fraction: float = Field(0.25, gt=0.0, lt=1.0)
     """Share of resolved validation runs allowed to see a warn (the warn level's empirical FPR)."""
-    group_by: Literal["agent", "source"] = "agent"
+    group_by: Literal["agent", "source"] = DEFAULT_GROUP_BY
     """Record field the thresholds are conditioned on (group-conditional / Mondrian)."""
     scorer: str = "monitor"
     """Which score in RunRecord.scores the thresholds apply to."""
@@ -162,22 +163,19 @@ class ThresholdConfig(StrictModel):
     lower certified thresholds for agents with few)."""
     crossfit_folds: int = Field(5, ge=2)
     """Instance folds of `val+train-oof`."""
-    margin: float = Field(2.0, ge=1.0)
+    margin: float = Field(DEFAULT_MARGIN, ge=1.0)
     """Fit each target at target / margin: a safety margin for calibration runs that differ
-    from the served ones (new tasks, repositories). 2 is the smallest margin of those
-    cross-fitted (1, 1.5, 2) that kept every agent's realized FPR within 1.5x the target on the
-    repository and time shift views at 5% and 10% (docs/RESULTS.md, "Shift views")."""
-    fallback: Literal["pooled", "none"] = "none"
+    from the served ones (new tasks, repositories; why 2: docs/RESULTS.md, "Shift views")."""
+    fallback: Literal["pooled", "none"] = DEFAULT_FALLBACK
     """A group without its own threshold for a target (too few resolved runs, or an agent never
-    calibrated): "pooled" uses the pooled threshold, "none" refuses the target (warn only; the
-    default: on the benchmark shift view, pooled thresholds stopped 57-96% of a new agent's
-    resolved runs at a 5% target). `failfast calibrate` gives such a group its own."""
+    calibrated): "pooled" uses the pooled threshold, "none" refuses the target (warn only; why
+    the default: docs/RESULTS.md, "Shift views"). `failfast calibrate` gives such a group its own."""
 
 
 class EvalConfig(StrictModel):
     """Offline evaluation settings."""
 
-    target_fpr: float = Field(0.05, gt=0.0, lt=1.0)
+    target_fpr: float = Field(DEFAULT_TARGET, gt=0.0, lt=1.0)
     """Run-level FPR target whose thresholds are evaluated."""
     confidence: float = Field(0.95, gt=0.0, lt=1.0)
     """Confidence of the realized-FPR interval and upper bound."""
@@ -216,7 +214,7 @@ class ExportConfig(StrictModel):
         default=53, ge=8, description="Sequence length of the post-export check."
     )
     target: float = Field(
-        default=0.05, gt=0, lt=1, description="Run-level FPR target served by default."
+        default=DEFAULT_TARGET, gt=0, lt=1, description="Run-level FPR target served by default."
     )
 
 

@@ -36,7 +36,7 @@ def test_lookup_own_pooled_unknown_and_refused(caplog: pytest.LogCaptureFixture)
 def test_round_trip_and_strictness() -> None:
     table = ThresholdTable.model_validate(THRESHOLDS)
     again = table.to_json()
-    assert again["per_agent"]["swe-agent"]["stop"]["0.05"] == {
+    assert again["groups"]["swe-agent"]["stop"]["0.05"] == {
         "refused": "needs at least 59 resolved validation runs, has 30"
     }
     assert ThresholdTable.model_validate(again) == table

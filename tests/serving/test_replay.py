@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from monitor.policy import PolicyConfig
 from monitor.schedule import Schedule
 from monitor.thresholds import Thresholds
 from monitor.types import Step, Trajectory
 from serving.bundle import Bundle
+from serving.manifest import Manifest
 from serving.runs import score_transcript
 
 SCORES = [0.1, 0.8, 0.9, 0.3, 0.8, 0.85, 0.9, 0.2]
@@ -31,7 +33,7 @@ class FakeScorer:
 @pytest.mark.parametrize(("persist", "want"), [(1, 2), (3, 7)])
 def test_replay_stops_at_the_schedules_first_stop(persist: int, want: int) -> None:
     schedule = Schedule(min_steps=2, every=1, persist=persist)
-    bundle = Bundle(Path("b"), {"policy": schedule.model_dump()})
+    bundle = Bundle(Path("b"), Manifest(policy=PolicyConfig.model_validate(schedule.model_dump())))
     steps = [
         Step(index=i, tool="bash", action=f"cmd {i}", observation=f"o{i}")
         for i in range(len(SCORES))

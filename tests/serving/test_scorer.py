@@ -284,6 +284,7 @@ def test_thresholds_keyed_by_source_are_found_by_source(bundle):
 
     from fastapi.testclient import TestClient
 
+    from monitor.thresholds import ThresholdTable
     from serving.app import create_app
     from serving.runs import score_transcript
     from serving.scorer import Scorer
@@ -293,7 +294,7 @@ def test_thresholds_keyed_by_source_are_found_by_source(bundle):
     table = copy.deepcopy(THRESHOLDS)
     table["group_by"] = "source"
     table["per_agent"] = {"mini-swe-agent-gemini-3-pro": table["per_agent"]["mini-swe-agent"]}
-    scorer.bundle.manifest["thresholds"] = table
+    scorer.bundle.manifest.thresholds = ThresholdTable.model_validate(table)
 
     src = "mini-swe-agent-gemini-3-pro"
     assert scorer.start("t", "mini-swe-agent", source=src).threshold_source == "agent"

@@ -62,7 +62,7 @@ def test_refuses_with_count_when_too_few_resolved():
         rec(100 + i, "a", False, rng.random(8)) for i in range(10)
     ]
     th = pick_thresholds(recs, schedule=EVERY_STEP, targets=[0.05, 0.25], method="clopper-pearson")
-    a = th.per_agent["a"]
+    a = th.groups["a"]
     assert a.n_resolved == 30
     msg = a.stop["0.05"].refused
     assert "59" in msg
@@ -87,18 +87,18 @@ def test_bound_mode_never_exceeds_target_on_calibration(persist):
     for agent in ("a", "b"):
         group = [r for r in recs if r.agent == agent]
         for t in targets:
-            entry = th.per_agent[agent].stop[f"{t:g}"]
+            entry = th.groups[agent].stop[f"{t:g}"]
             if entry.refused:
-                assert th.per_agent[agent].n_resolved < resolved_runs_needed(t)
+                assert th.groups[agent].n_resolved < resolved_runs_needed(t)
                 continue
             fpr = run_false_positive_rate(group, entry.threshold, schedule=sched)
             assert fpr == pytest.approx(entry.fpr_val)
-            n = th.per_agent[agent].n_resolved
+            n = th.groups[agent].n_resolved
             assert fpr_upper_bound(round(fpr * n), n) <= t
             assert entry.fpr_upper_bound <= t
     # b has 150 resolved: 1% (299 needed) refused, 2% (149) certified
-    assert th.per_agent["b"].stop["0.01"].refused
-    assert th.per_agent["b"].stop["0.02"].threshold is not None
+    assert th.groups["b"].stop["0.01"].refused
+    assert th.groups["b"].stop["0.02"].threshold is not None
 
 
 def test_per_agent_thresholds_differ_and_pooled_fallback():
@@ -127,11 +127,11 @@ def test_empirical_mode_and_warn_below_stop():
     th = pick_thresholds(
         recs, schedule=EVERY_STEP, targets=[0.05, 0.1], mode="empirical", warn_fraction=0.3
     )
-    e = th.per_agent["a"].stop["0.05"]
+    e = th.groups["a"].stop["0.05"]
     assert th.method == "empirical"
     assert e.fpr_val == pytest.approx(0.05)
-    assert th.per_agent["a"].warn <= e.threshold
-    assert run_false_positive_rate(recs, th.per_agent["a"].warn, schedule=EVERY_STEP) <= 0.3 + 1e-9
+    assert th.groups["a"].warn <= e.threshold
+    assert run_false_positive_rate(recs, th.groups["a"].warn, schedule=EVERY_STEP) <= 0.3 + 1e-9
 
 
 def test_picker_fitted_attributes():
@@ -139,7 +139,9 @@ def test_picker_fitted_attributes():
     recs = [rec(i, "a", True, rng.random(5)) for i in range(80)] + [
         rec(100 + i, "a", False, np.full(5, 0.999)) for i in range(20)
     ]
-    p = ThresholdPicker(ThresholdConfig(targets=[0.05]), schedule=EVERY_STEP).fit(recs)
+    p = ThresholdPicker(ThresholdConfig(targets=[0.05], group_by="agent"), schedule=EVERY_STEP).fit(
+        recs
+    )
     assert p.n_resolved_ == {"a": 80}
     assert p.stop_step(recs[-1], 0.05) == 1
     assert p.thresholds_.schedule.persist == 1
@@ -156,10 +158,10 @@ def test_conformal_bound_needs_fewer_runs_and_holds_on_calibration():
     recs += [rec(100 + i, "a", False, rng.random(8) + 0.3) for i in range(30)]
     th = pick_thresholds(recs, schedule=EVERY_STEP, targets=[0.05, 0.25])
     assert th.method == "conformal"
-    e = th.per_agent["a"].stop["0.05"]
+    e = th.groups["a"].stop["0.05"]
     assert e.fpr_val == 0.0
     assert e.fpr_upper_bound == pytest.approx(1 / 31)
-    e25 = th.per_agent["a"].stop["0.25"]
+    e25 = th.groups["a"].stop["0.25"]
     # (j + 1) / 31 <= 0.25 -> j <= 6
     assert e25.fpr_val == pytest.approx(6 / 30)
     assert e25.fpr_upper_bound == pytest.approx(7 / 31)
@@ -168,7 +170,7 @@ def test_conformal_bound_needs_fewer_runs_and_holds_on_calibration():
     )
     few = [rec(i, "b", True, rng.random(8)) for i in range(10)]
     th_few = pick_thresholds(few, schedule=EVERY_STEP, targets=[0.05])
-    assert "19" in th_few.per_agent["b"].stop["0.05"].refused
+    assert "19" in th_few.groups["b"].stop["0.05"].refused
 
 
 @pytest.mark.parametrize("persist", [1, 2])
@@ -180,7 +182,7 @@ def test_conformal_threshold_is_valid_out_of_sample(persist):
         cal = [rec(i, "a", True, rng.random(5)) for i in range(40)]
         sched = S(min_steps=2, persist=persist)
         th = pick_thresholds(cal, schedule=sched, targets=[0.1])
-        e = th.per_agent["a"].stop["0.1"]
+        e = th.groups["a"].stop["0.1"]
         assert e.fpr_upper_bound <= 0.1  # on the calibration runs themselves
         fresh = [rec(i, "a", True, rng.random(5)) for i in range(200)]
         fprs.append(run_false_positive_rate(fresh, e.threshold, schedule=sched))
@@ -205,12 +207,12 @@ def test_thresholds_json_is_the_typed_table_and_names_its_calibration_runs():
     th = pick_thresholds(recs, schedule=S(2, 1, 2), targets=[0.05, 0.1])
     data = th.to_json()
     assert list(data) == [
-        "mode", "confidence", "method", "schedule", "group_by", "targets", "per_agent", "pooled",
+        "mode", "confidence", "method", "schedule", "group_by", "targets", "groups", "pooled",
         "margin", "fallback",
     ]  # fmt: skip
     assert data["schedule"] == {"min_steps": 2, "every": 1, "persist": 2}
     assert (data["margin"], data["fallback"]) == (1.0, "pooled")
-    assert set(data["per_agent"]["a"]["stop"]["0.05"]) == {
+    assert set(data["groups"]["a"]["stop"]["0.05"]) == {
         "threshold",
         "fpr_val",
         "fpr_upper_bound",
@@ -229,8 +231,8 @@ def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
     recs += [rec(300 + i, "few", True, rng.random(6)) for i in range(5)]
     plain = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1])
     safe = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1], margin=2.0, fallback="none")
-    assert safe.per_agent["a"].stop_at(0.1) > plain.per_agent["a"].stop_at(0.1)
-    assert safe.per_agent["a"].stop["0.1"].fpr_val <= 0.05
+    assert safe.groups["a"].stop_at(0.1) > plain.groups["a"].stop_at(0.1)
+    assert safe.groups["a"].stop["0.1"].fpr_val <= 0.05
     assert plain.lookup("few", 0.1).source == "pooled"
     assert plain.lookup("nobody", 0.1).source == "pooled-unknown-agent"
     for group in ("few", "nobody"):

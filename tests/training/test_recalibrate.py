@@ -34,13 +34,13 @@ def test_merge_keeps_absent_groups_and_replace_drops_them() -> None:
     old = pick_thresholds(
         group("a", 90, 0) + group("b", 90, 1), schedule=SCHED, targets=[0.05, 0.1]
     )
-    cfg = ThresholdConfig(targets=[0.05, 0.25])
+    cfg = ThresholdConfig(targets=[0.05, 0.25], group_by="agent")
     new_recs = group("a", 60, 2) + group("c", 60, 3)
     got = recalibrate(old, new_recs, cfg, schedule=SCHED)
     t = got.table
-    assert sorted(t.per_agent) == ["a", "b", "c"]
-    assert t.per_agent["b"] == old.per_agent["b"]  # kept as it was
-    assert t.per_agent["a"] != old.per_agent["a"]
+    assert sorted(t.groups) == ["a", "b", "c"]
+    assert t.groups["b"] == old.groups["b"]  # kept as it was
+    assert t.groups["a"] != old.groups["a"]
     assert set(got.kept) == {"b"}
     assert got.groups == {"a": {"runs": 60, "resolved": 40}, "c": {"runs": 60, "resolved": 40}}
     assert t.pooled == old.pooled
@@ -54,7 +54,7 @@ def test_merge_keeps_absent_groups_and_replace_drops_them() -> None:
     )
     assert t.lookup("a", 0.05).stop == alone.lookup("a", 0.05).stop
     rep = recalibrate(old, new_recs, cfg, schedule=SCHED, replace=True)
-    assert sorted(rep.table.per_agent) == ["a", "c"]
+    assert sorted(rep.table.groups) == ["a", "c"]
     assert rep.table.pooled == alone.pooled
     assert rep.kept == {}
     # every old group present: the pooled thresholds are recalibrated too
@@ -178,7 +178,7 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert "my-agent: 36 runs, 27 resolved -> 0.05: " in printed
     assert "mini-swe-agent: no runs of it in the calibration data" in printed
     b2 = load_bundle(out)  # every hash checked
-    rec = b2.manifest["calibration"]
+    rec = b2.manifest.calibration
     assert rec["by"] == "failfast calibrate"
     assert rec["at"].endswith("Z")
     assert rec["command"].startswith("failfast calibrate --bundle ")
@@ -190,10 +190,7 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert rec["from_bundle"]["sha256"] == load_bundle(bundle).sha256
     table = b2.thresholds
     assert table.lookup("my-agent", 0.05).source == "agent"
-    assert (
-        table.per_agent["mini-swe-agent"]
-        == load_bundle(bundle).thresholds.per_agent["mini-swe-agent"]
-    )
+    assert table.groups["mini-swe-agent"] == load_bundle(bundle).thresholds.groups["mini-swe-agent"]
     assert "## Recalibrated" in (out / "README.md").read_text()
     # the served thresholds of the new agent are those picked on its scores
     from training.data.records import load_records
@@ -229,14 +226,14 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert main(argv_w) in (0, 1)
     lines = [json.loads(x) for x in wlog.read_text().splitlines()]
     assert lines[0]["event"] == "start"
-    assert lines[0]["graphs"]["model.onnx"] == b2.manifest["files"]["model.onnx"]
+    assert lines[0]["graphs"]["model.onnx"] == b2.manifest.files["model.onnx"]
     assert lines[-1]["event"] == "end"
     assert len(lines[-1]["scores"]) == lines[-1]["steps"] > 0
     # a second calibration keeps the first in its history
     out3 = tmp_path / "b3"
     argv3 = ["calibrate", "--bundle", str(out), "--data", str(tmp_path / "corpus")]
     assert main([*argv3, "--out", str(out3), "--method", "conformal", "--no-progress"]) == 0
-    assert load_bundle(out3).manifest["calibration"]["history"][0]["at"] == rec["at"]
+    assert load_bundle(out3).manifest.calibration["history"][0]["at"] == rec["at"]
     assert load_bundle(out3).calibration["earlier_calibrations"] == 1
 
 
@@ -267,7 +264,7 @@ def test_calibrate_agent_flag_names_the_group_of_a_source_keyed_table(bundle, tm
     }
     table = load_bundle(out).thresholds
     assert table.group_by == "source"
-    assert list(table.per_agent) == ["my-group"]
+    assert list(table.groups) == ["my-group"]
     assert table.lookup(table.group_of("anything", "my-group"), 0.1).source == "agent"
 
 
@@ -317,7 +314,7 @@ def test_calibrate_from_a_decision_log_and_verdicts(bundle, tmp_path, capsys) ->
     assert main([*argv, "--out", str(out), "--method", "conformal"]) == 0
     printed = capsys.readouterr().out
     assert "decision logs: 29 runs with a verdict; left out: 1 no verdict" in printed
-    rec = load_bundle(out).manifest["calibration"]
+    rec = load_bundle(out).manifest.calibration
     assert rec["data"]["kind"] == "decision-log"
     assert rec["data"]["log_runs"] == 29
     assert rec["groups"]["my-agent"]["resolved"] == sum(v["resolved"] for v in verdicts)
@@ -336,7 +333,7 @@ def test_calibrate_from_a_decision_log_and_verdicts(bundle, tmp_path, capsys) ->
     ]
     argv_s += ["--out", str(out_s), "--method", "conformal", "--replace", "--group-by", "source"]
     assert main(argv_s) == 0
-    assert list(load_bundle(out_s).thresholds.per_agent) == ["s-x"]
+    assert list(load_bundle(out_s).thresholds.groups) == ["s-x"]
     # the logged scores are the live KV scores: the same as whole-run scoring, to float error
     got = runs_from_logs([log], [vfile]).records[0]
     want = scorer.score_run(runs[0])
@@ -367,7 +364,7 @@ def test_bench_calibrate_protocol_on_synthetic_records() -> None:
                   {"monitor": rng.uniform(0.9 + 0.03 * (i % 2), 0.99, 3)})
         for i in range(400)
     ]  # fmt: skip
-    cfg = ThresholdConfig(targets=[0.05], margin=1.0, fallback="pooled")
+    cfg = ThresholdConfig(targets=[0.05], margin=1.0, fallback="pooled", group_by="agent")
     row = bench.protocol(new, "new", old, cfg, SCHED, splits=20, seed=0)
     assert row["uncalibrated"]["fpr_mean"] > 0.3
     assert row["calibrated"]["fpr_mean"] == pytest.approx(0.05, abs=0.03)

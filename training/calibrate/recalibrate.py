@@ -97,10 +97,10 @@ def recalibrate(
         return Recalibrated(new, counts)
     kept = {
         g: "no runs of it in the calibration data: thresholds kept from the bundle"
-        for g in old.per_agent
-        if g not in new.per_agent
+        for g in old.groups
+        if g not in new.groups
     }
-    per_agent = {**{g: old.per_agent[g] for g in kept}, **new.per_agent}
+    groups = {**{g: old.groups[g] for g in kept}, **new.groups}
     pooled, pooled_note = new.pooled, "recalibrated"
     if kept:
         pooled = old.pooled
@@ -120,7 +120,7 @@ def recalibrate(
     }  # fmt: skip
     table = new.model_copy(
         update={
-            "per_agent": dict(sorted(per_agent.items())),
+            "groups": dict(sorted(groups.items())),
             "pooled": pooled,
             "targets": sorted(set(old.targets) | set(new.targets)),
             "calibration": calibration,
@@ -133,7 +133,7 @@ def refusals(table: ThresholdTable, groups: Sequence[str], target: float) -> dic
     """group -> why `target` was refused for it (groups of `groups` only; "pooled" too)."""
     out = {}
     for g in groups:
-        entry = table.per_agent[g].stop.get(target_key(target)) if g in table.per_agent else None
+        entry = table.groups[g].stop.get(target_key(target)) if g in table.groups else None
         if entry is not None and entry.refused:
             out[g] = entry.refused
     pooled = table.pooled.stop.get(target_key(target))
@@ -159,7 +159,7 @@ def calibration_record(
         version = metadata.version("failfast-monitor")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    earlier = bundle.manifest.get("calibration")
+    earlier = bundle.manifest.calibration
     history = []
     if isinstance(earlier, dict):
         history = [{k: v for k, v in earlier.items() if k != "history"}]

@@ -143,7 +143,8 @@ def pick_thresholds(
         records: validation-split records (never the training or test split).
         schedule: the check schedule served with the thresholds.
         targets, mode, method, confidence, group_by, warn_fraction, scorer, margin, fallback:
-            as in training.config.ThresholdConfig.
+            as in training.config.ThresholdConfig; left out, the plain fit (per agent, no
+            margin, pooled fallback), not the served defaults: `ThresholdPicker` passes those.
 
     Returns:
         The thresholds.json table (docs/BUNDLE.md). A group's refused target falls back to the
@@ -175,7 +176,7 @@ def pick_thresholds(
         schedule=sched,
         group_by=cfg.group_by,
         targets=[float(t) for t in cfg.targets],
-        per_agent={g: _group(rs, cfg, sched, pooled.warn) for g, rs in sorted(per_group.items())},
+        groups={g: _group(rs, cfg, sched, pooled.warn) for g, rs in sorted(per_group.items())},
         pooled=pooled,
         margin=cfg.margin,
         fallback=cfg.fallback,
@@ -210,7 +211,7 @@ class ThresholdPicker:
         """Pick thresholds on calibration records."""
         options = self.config.model_dump(exclude={"calibration", "crossfit_folds"})
         self.thresholds_ = pick_thresholds(records, schedule=self.schedule, **options)
-        self.n_resolved_ = {g: e.n_resolved for g, e in self.thresholds_.per_agent.items()}
+        self.n_resolved_ = {g: e.n_resolved for g, e in self.thresholds_.groups.items()}
         return self
 
     def stop_step(self, record: RunRecord, target: float) -> int | None:

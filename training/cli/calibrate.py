@@ -199,9 +199,7 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
 
 def _check_graphs(starts: list[dict[str, Any]], scorer: Any) -> None:
     """A log scored by other graphs than the bundle's cannot calibrate it."""
-    ours = {
-        k: v for k, v in (scorer.bundle.manifest.get("files") or {}).items() if k.endswith(".onnx")
-    }
+    ours = {k: v for k, v in scorer.bundle.manifest.files.items() if k.endswith(".onnx")}
     for s in starts:
         theirs = s.get("graphs") or {}
         if theirs and any(ours.get(k) != v for k, v in theirs.items()):
@@ -229,7 +227,7 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
     table = result.table
     print(f"thresholds ({cfg.mode}, {cfg.method}; schedule {schedule.model_dump()}):")
     for g, c in result.groups.items():
-        entry = table.per_agent[g]
+        entry = table.groups[g]
         cells = []
         for t in cfg.targets:
             st = entry.stop[target_key(t)]

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from training.config import ExportConfig
 
 
 def pipeline_args(
@@ -42,14 +46,26 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         "--train-dir", help="training output folder (uses OUT/model and its thresholds)"
     )
     p.add_argument("--out", required=True, help="bundle folder to write")
-    p.add_argument("--int8", action="store_true", help="also write int8 graphs")
+    p.add_argument(
+        "--config",
+        help="pipeline config YAML whose `export:` section is used (default: the training "
+        "output's config.yaml with --train-dir; flags below override it)",
+    )
+    p.add_argument(
+        "--int8", action="store_true", default=None, help="also write int8 graphs (export.int8)"
+    )
     p.add_argument(
         "--int8-scheme",
         choices=["mixed", "blockwise", "dynamic", "per-channel"],
-        default="mixed",
-        help="how to quantise (training/export/quant.py); default mixed",
+        default=None,
+        help="how to quantise (training/export/quant.py; export.int8_scheme, default mixed)",
     )
-    p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target served")
+    p.add_argument(
+        "--target-fpr",
+        type=float,
+        default=None,
+        help="run-level FPR target served (export.target, default 0.05)",
+    )
     p.add_argument(
         "--val-data",
         nargs="+",
@@ -61,19 +77,18 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from training.config import ExportConfig
         from training.export.bundle import write_bundle
         from training.export.quant import quant_auroc_change
 
         train_dir = Path(args.train_dir) if args.train_dir else None
         model = Path(args.model) if args.model else Path(args.train_dir) / "model"
-        cfg = ExportConfig(int8=args.int8, int8_scheme=args.int8_scheme, target=args.target_fpr)
+        cfg = export_config(args.config, train_dir, args)
         report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
         print(f"model.onnx: max |onnxruntime - torch| = {report.full_max_abs_diff:.3g} (fp32)")
         print(f"model_kv.onnx: max |onnxruntime - torch| = {report.kv_max_abs_diff:.3g} (fp32)")
         if report.int8_max_abs_diff is not None:
             print(f"int8: max |int8 - fp32| logit = {report.int8_max_abs_diff:.3g}")
-        if args.int8 and args.val_data and train_dir is not None:
+        if cfg.int8 and args.val_data and train_dir is not None:
             from training.data.runs import load_runs
             from training.data.splits import load_splits
 
@@ -88,6 +103,34 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         return 0
 
     p.set_defaults(func=handler)
+
+
+def export_config(
+    config: str | None, train_dir: Path | None, args: argparse.Namespace
+) -> ExportConfig:
+    """The `export:` section of `config` (else of the training output's config.yaml, else the
+    defaults), with the flags the user gave on top."""
+    import yaml
+    from pydantic import ValidationError
+
+    from monitor.errors import ConfigError
+    from training.config import ExportConfig
+
+    path = Path(config) if config else None
+    if path is None and train_dir is not None and (train_dir / "config.yaml").is_file():
+        path = train_dir / "config.yaml"
+    flags = {"int8": args.int8, "int8_scheme": args.int8_scheme, "target": args.target_fpr}
+    section: dict = {}
+    try:
+        if path is not None:
+            section = dict((yaml.safe_load(path.read_text()) or {}).get("export") or {})
+        return ExportConfig.model_validate(
+            {**section, **{k: v for k, v in flags.items() if v is not None}}
+        )
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as e:
+        where = f"{path}: export section" if path is not None else "export flags"
+        detail = e.errors()[0]["msg"] if isinstance(e, ValidationError) else e
+        raise ConfigError(f"{where}: {detail}") from e
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
@@ -158,6 +201,8 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_evaluate(sub: argparse._SubParsersAction) -> None:
+    from monitor.thresholds import DEFAULT_TARGET
+
     p = sub.add_parser(
         "evaluate",
         help="offline ledger: tokens saved vs resolution, restarts, oracle, baselines, plots",
@@ -178,7 +223,7 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         help="a label file for --data that labels every run it names, wherever it lies",
     )
     p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
-    p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target")
+    p.add_argument("--target-fpr", type=float, default=DEFAULT_TARGET, help="run-level FPR target")
     p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
     p.add_argument("--plots", help="folder for the PNG plots")
     p.add_argument("-o", "--override", action="append", default=[], help="EvalConfig key=value")

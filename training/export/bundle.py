@@ -15,6 +15,10 @@ from typing import Any
 import torch
 
 from monitor.errors import BundleError
+from monitor.featurise import FeaturiserConfig
+from monitor.policy import PolicyConfig
+from monitor.thresholds import ThresholdTable
+from serving.manifest import MANIFEST, KvShape, Manifest, write_manifest
 from training.config import ExportConfig
 from training.export.card import model_card
 from training.export.convert import ExportReport, export_graphs
@@ -86,50 +90,42 @@ def _manifest(
     found: dict[str, Any],
     cfg: ExportConfig,
     report: ExportReport,
-) -> dict[str, Any]:
+) -> Manifest:
     """monitor.json without the file hashes (docs/BUNDLE.md lists every field)."""
-    from monitor.policy import PolicyConfig
-    from monitor.thresholds import ThresholdTable
-
-    # Thresholds hold for the schedule they were calibrated under: it wins over the policy section.
-    schedule = (
-        ThresholdTable.model_validate(found["thresholds"]).schedule.model_dump()
-        if found["thresholds"]
-        else {}
-    )
     kv_heads, head_dim = kv_shape(model.backbone.config)
-    return {
-        "featuriser": meta.get("featuriser") or {},
-        "signal_names": list(model.signal_names),
-        "classifier": {
+    return Manifest(
+        featuriser=FeaturiserConfig.model_validate(meta.get("featuriser") or {}),
+        signal_names=list(model.signal_names),
+        classifier={
             **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
             "pooling": model.pooling,
         },
-        "kv": {
-            "n_layers": int(model.backbone.config.num_hidden_layers),
-            "kv_heads": kv_heads,
-            "head_dim": head_dim,
-            # width of the running hidden sum carried by model_kv.onnx (0: pooling "last")
-            "pooled_hidden": model.hidden if model.uses_mean else 0,
-        },
-        "label": {
+        kv=KvShape(
+            n_layers=int(model.backbone.config.num_hidden_layers),
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            pooled_hidden=model.hidden if model.uses_mean else 0,
+        ),
+        label={
             "positive": "the run ends unresolved (SWE-bench harness verdict)",
             "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit",
         },
-        "target": cfg.target,
-        "thresholds": found["thresholds"],
-        "policy": PolicyConfig.model_validate({**found["policy"], **schedule}).model_dump(),
-        "metrics": found["metrics"],
-        "data_summary": found["data_summary"],
-        "export": {
+        target=cfg.target,
+        thresholds=ThresholdTable.model_validate(found["thresholds"])
+        if found["thresholds"]
+        else None,
+        policy=PolicyConfig.model_validate(found["policy"]),
+        metrics=found["metrics"],
+        data_summary=found["data_summary"],
+        export={
             "config": cfg.model_dump(),
             "graph": report.graph,
             "full_max_abs_diff": report.full_max_abs_diff,
             "kv_max_abs_diff": report.kv_max_abs_diff,
             "int8_max_abs_diff": report.int8_max_abs_diff,
         },
-        "versions": _versions(cfg.opset),
-    }
+        versions=_versions(cfg.opset),
+    )
 
 
 def write_bundle(
@@ -153,7 +149,6 @@ def write_bundle(
     """
     import shutil
 
-    from serving.bundle import MANIFEST, write_manifest
     from training.model.classifier import load_classifier, read_classifier_meta
 
     cfg = cfg or ExportConfig()
@@ -182,7 +177,7 @@ def write_bundle(
     if tdir is not None and (tdir / "candidates.json").is_file():  # calibrated baselines, choice
         shutil.copyfile(tdir / "candidates.json", out / "candidates.json")
     manifest = _manifest(model, meta, found, cfg, report)
-    (out / "README.md").write_text(model_card(manifest))
+    (out / "README.md").write_text(model_card(manifest.to_json()))
     write_manifest(out, manifest)
     log.info("bundle written to %s", out)
     return report

@@ -29,7 +29,8 @@ def write_calibrated_bundle(
     Raises:
         BundleError: `out` is the source bundle, or not empty and not a bundle.
     """
-    from serving.bundle import MANIFEST, load_bundle, write_manifest
+    from serving.bundle import load_bundle
+    from serving.manifest import MANIFEST, write_manifest
 
     src, dst = Path(bundle.path), Path(out)
     if dst.resolve() == src.resolve():
@@ -39,14 +40,12 @@ def write_calibrated_bundle(
             raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
         shutil.rmtree(dst)
     dst.mkdir(parents=True, exist_ok=True)
-    for name in bundle.manifest.get("files") or {}:
+    for name in bundle.manifest.files:
         (dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / name, dst / name)
-    manifest = {k: v for k, v in bundle.manifest.items() if k != "files"}
-    manifest["thresholds"] = table.to_json()
-    manifest["target"] = float(target)
-    manifest["calibration"] = record
-    manifest["policy"] = {**(manifest.get("policy") or {}), **table.schedule.model_dump()}
+    manifest = bundle.manifest.model_copy(
+        update={"thresholds": table, "target": float(target), "calibration": record}
+    )
     card = dst / "README.md"
     if card.is_file():
         card.write_text(card.read_text() + _card_section(record))
