@@ -47,7 +47,7 @@ def held_out_rates(
     st = np.array(stop)
     fpr = float(st[res].mean()) if res.any() else float("nan")
     recall = float(st[~res].mean()) if (~res).any() else float("nan")
-    return fpr, recall, th.source
+    return fpr, recall, th.origin
 
 
 def halves(records: Sequence[RunRecord], rng: np.random.Generator) -> tuple[list, list]:

@@ -273,14 +273,14 @@ class Feedback:
     def status(self) -> dict[str, Any]:
         """Per group: runs, resolved, stopped_resolved, realized_fpr, interval, drift, flagged_at."""
         with self._lock:
-            agents = {g: self._watch_dict(g) for g in self.groups}
+            groups = {g: self._watch_dict(g) for g in self.groups}
         return {
             "target": self.target,
             "alpha": self.alpha,
             "sample": self.sample,
-            "drift": any(a["drift"] for a in agents.values()),
+            "drift": any(a["drift"] for a in groups.values()),
             "closed_runs_remembered": len(self._closed),
-            "agents": agents,
+            "groups": groups,
         }
 
     def prometheus_text(self) -> str:
@@ -314,7 +314,7 @@ class Feedback:
             for g, row in rows.items():
                 v = row[i]
                 lines.append(
-                    f'{name}{{agent="{g}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
+                    f'{name}{{group="{g}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
                 )
         lines += [
             "# HELP failfast_verdicts_total Verdicts received by group and outcome "
@@ -324,5 +324,5 @@ class Feedback:
         for g in self.groups:
             for label in ("resolved", "unresolved", "not_counted"):
                 n = verdicts.get((g, label), 0)
-                lines.append(f'failfast_verdicts_total{{agent="{g}",outcome="{label}"}} {n}')
+                lines.append(f'failfast_verdicts_total{{group="{g}",outcome="{label}"}} {n}')
         return "\n".join(lines) + "\n"

@@ -91,12 +91,13 @@ class Thresholds:
     Attributes:
         stop: stop threshold on the score (inf: no stop by score, warn only).
         warn: warn threshold on the score (inf: never warns by score).
-        source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+        origin: where the stop threshold came from: "agent" (the group's own), "pooled",
+            "pooled-unknown-agent" (a group never calibrated) or "refused".
     """
 
     stop: float
     warn: float
-    source: str
+    origin: str
 
 
 class ThresholdTable(StrictModel):
@@ -145,8 +146,8 @@ class ThresholdTable(StrictModel):
         """Stop and warn thresholds of `agent` (a group name) at `target`.
 
         The agent's own stop threshold when it has one for the target; else, with fallback
-        "pooled", the pooled one (source "pooled", or "pooled-unknown-agent", with a warning,
-        for an agent never calibrated), and with fallback "none" no stop by score (inf, source
+        "pooled", the pooled one (origin "pooled", or "pooled-unknown-agent", with a warning,
+        for an agent never calibrated), and with fallback "none" no stop by score (inf, origin
         "refused": an uncertified target is refused, not promised); refused everywhere: no stop
         by score. The warn threshold is the agent's own when it was calibrated, else the pooled
         one.
@@ -168,8 +169,8 @@ class ThresholdTable(StrictModel):
         if self.fallback == "none" and agent is not None:
             return Thresholds(math.inf, warn, "refused")
         if (t := self.pooled.stop_at(target)) is not None:
-            source = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
-            return Thresholds(t, warn, source)
+            origin = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
+            return Thresholds(t, warn, origin)
         return Thresholds(math.inf, warn, "refused")
 
     def to_json(self) -> dict[str, Any]:

@@ -261,7 +261,7 @@ def create_app(
                 "session_id": sid,
                 "threshold": score_session.threshold,
                 "warn_threshold": score_session.warn_threshold,
-                "threshold_source": getattr(score_session, "threshold_source", ""),
+                "threshold_origin": getattr(score_session, "threshold_origin", ""),
             }
         )
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable
-from serving.manifest import MANIFEST, Manifest, read_manifest, sha256_file
+from serving.manifest import BUNDLE_FORMAT, MANIFEST, Manifest, read_manifest, sha256_file
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -27,10 +27,6 @@ __all__ = [
     "sha256_file",
     "start_record",
 ]
-BUNDLE_FORMAT = 2
-"""Version of the bundle layout; a loader refuses other versions. 2: model_kv.onnx takes several
-sessions as rows (left-padded past, right-padded new tokens, per-row positions and last token);
-format 1 graphs assumed one unpadded row and would score a batched row wrongly."""
 MIN_ONNXRUNTIME = (1, 16)
 """Oldest onnxruntime that runs the exported opsets (17)."""
 REQUIRED = ("model.onnx", "model_kv.onnx", "tokenizer.json")
@@ -184,19 +180,7 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
             f"{mpath}: sha256 is {manifest_sha256}, not the pinned {sha256.strip().lower()} "
             "(--bundle-sha256): the bundle was changed or is not the one you deployed"
         )
-    manifest = read_manifest(raw, mpath)
-    fmt = manifest.versions.get("bundle_format")
-    if fmt != BUNDLE_FORMAT:
-        hint = (
-            " (an older export: run `failfast export --train-dir OUT --out NEW` on the training "
-            "output it came from)"
-            if isinstance(fmt, int) and fmt < BUNDLE_FORMAT
-            else ""
-        )
-        raise BundleError(
-            f"{mpath}: bundle format {fmt!r}, this failfast-monitor reads format "
-            f"{BUNDLE_FORMAT}{hint}"
-        )
+    manifest = read_manifest(raw, mpath, bundle_format=BUNDLE_FORMAT)
     import onnxruntime
 
     if _version_tuple(onnxruntime.__version__) < MIN_ONNXRUNTIME:

@@ -28,7 +28,7 @@ class KVScoreSession:
     Attributes:
         threshold: stop threshold for the session's agent (inf: no stop by score).
         warn_threshold: warn threshold for the session's agent.
-        threshold_source: "agent", "pooled", "pooled-unknown-agent" or "refused".
+        threshold_origin: "agent", "pooled", "pooled-unknown-agent" or "refused".
         k: steps observed.
         tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
     """
@@ -44,7 +44,7 @@ class KVScoreSession:
         th = scorer.thresholds(agent, source)
         self.threshold = th.stop
         self.warn_threshold = th.warn
-        self.threshold_source = th.source
+        self.threshold_origin = th.origin
         self.k = 0
         self.tokens_encoded = 0
         self.restarts = 0

@@ -20,6 +20,10 @@ from monitor.policy import PolicyConfig
 from monitor.thresholds import DEFAULT_TARGET, ThresholdTable
 
 MANIFEST = "monitor.json"
+BUNDLE_FORMAT = 2
+"""Version of the bundle layout; a loader refuses other versions. 2: model_kv.onnx takes several
+sessions as rows (left-padded past, right-padded new tokens, per-row positions and last token);
+format 1 graphs assumed one unpadded row and would score a batched row wrongly."""
 
 
 class KvShape(BaseModel):
@@ -133,14 +137,28 @@ def write_manifest(root: Path, manifest: Manifest) -> Manifest:
     return manifest
 
 
-def read_manifest(raw: bytes, where: Path) -> Manifest:
-    """Parse monitor.json's bytes; BundleError naming `where` and the first malformed field."""
+def read_manifest(raw: bytes, where: Path, *, bundle_format: int | None = None) -> Manifest:
+    """Parse monitor.json's bytes; BundleError naming `where` and the first malformed field, or
+    (checked first: an older layout has other fields) a bundle format other than `bundle_format`."""
     try:
         data = json.loads(raw)
     except ValueError as e:
         raise BundleError(f"{where}: invalid JSON: {e}") from e
     if not isinstance(data, dict):
         raise BundleError(f"{where}: manifest must be a JSON object")
+    versions = data.get("versions")
+    fmt = versions.get("bundle_format") if isinstance(versions, dict) else None
+    if bundle_format is not None and isinstance(versions, dict | None) and fmt != bundle_format:
+        hint = (
+            " (an older export: run `failfast export --train-dir OUT --out NEW` on the training "
+            "output it came from)"
+            if isinstance(fmt, int) and fmt < bundle_format
+            else ""
+        )
+        raise BundleError(
+            f"{where}: bundle format {fmt!r}, this failfast-monitor reads format "
+            f"{bundle_format}{hint}"
+        )
     try:
         return Manifest.model_validate(data)
     except ValidationError as e:

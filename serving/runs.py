@@ -54,7 +54,7 @@ class RunResult:
         scores: element k-1 = P(unresolved | steps 1..k).
         decisions: the Decision after each step (the stop decision repeats once stopped).
         stop: the first stop decision, None when the run was never stopped.
-        threshold, warn_threshold: the thresholds used; threshold_source says where from.
+        threshold, warn_threshold: the thresholds used; threshold_origin says where from.
     """
 
     scores: list[float] = field(default_factory=list)
@@ -62,7 +62,7 @@ class RunResult:
     stop: Decision | None = None
     threshold: float | None = None
     warn_threshold: float | None = None
-    threshold_source: str = ""
+    threshold_origin: str = ""
 
     @property
     def final(self) -> Decision:
@@ -77,7 +77,7 @@ class RunResult:
             "scores": self.scores,
             "threshold": self.threshold,
             "warn_threshold": self.warn_threshold,
-            "threshold_source": self.threshold_source,
+            "threshold_origin": self.threshold_origin,
             "stop_step": self.stop.step if self.stop else None,
             "decision": self.final.to_dict(),
         }
@@ -142,7 +142,7 @@ def score_transcript(
         scores=scores,
         threshold=_finite(th.stop),
         warn_threshold=_finite(th.warn),
-        threshold_source=th.source,
+        threshold_origin=th.origin,
     )
     _replay(session, traj, result, cancelled)
     return result
@@ -162,6 +162,6 @@ def _heuristics_only(traj: Trajectory, policy: PolicyConfig, cancelled: Any) -> 
     """Decisions of the model-free halts (no scores): what a harness still gets without a model."""
     session = Monitor(policy).start(traj.task, traj.agent or None, run=traj.id)
     session.diff = traj.submission
-    result = RunResult(scores=[float("nan")] * len(traj.steps), threshold_source="none (no model)")
+    result = RunResult(scores=[float("nan")] * len(traj.steps), threshold_origin="none (no model)")
     _replay(session, traj, result, cancelled)
     return result

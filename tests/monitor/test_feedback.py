@@ -44,8 +44,8 @@ def test_counting_rules() -> None:
     assert fb.report(outcome(4, 4, shadow=True), True)["counted"]
     w = fb.watches["a"]
     assert (w.runs, w.resolved, w.stopped) == (4, 3, 2)
-    assert fb.status()["agents"]["a"]["not_counted"] == 2
-    assert fb.status()["agents"]["a"]["verdicts"] == 6
+    assert fb.status()["groups"]["a"]["not_counted"] == 2
+    assert fb.status()["groups"]["a"]["verdicts"] == 6
 
 
 def test_shadow_sample_counts_shadow_runs_only() -> None:
@@ -115,7 +115,7 @@ def test_drift_flag_status_metrics_and_one_warning(caplog) -> None:
     assert len(warnings) == 1
     assert "drift: a realized FPR" in warnings[0].getMessage()
     st = fb.status()
-    a = st["agents"]["a"]
+    a = st["groups"]["a"]
     assert st["drift"] is True
     assert a["drift"] is True
     assert a["flagged_at"].endswith("Z")
@@ -125,11 +125,11 @@ def test_drift_flag_status_metrics_and_one_warning(caplog) -> None:
     lo, hi = a["interval"]
     assert 0.05 < lo < 67 / 200 < hi
     text = fb.prometheus_text()
-    assert 'failfast_fpr_drift{agent="a"} 1' in text
-    assert f'failfast_fpr_drift{{agent="{OTHER}"}} 0' in text
-    assert f'failfast_fpr_realized{{agent="{OTHER}"}} NaN' in text
-    assert 'failfast_fpr_realized{agent="a"} 0.335' in text
-    assert 'failfast_verdicts_total{agent="a",outcome="resolved"} 200' in text
+    assert 'failfast_fpr_drift{group="a"} 1' in text
+    assert f'failfast_fpr_drift{{group="{OTHER}"}} 0' in text
+    assert f'failfast_fpr_realized{{group="{OTHER}"}} NaN' in text
+    assert 'failfast_fpr_realized{group="a"} 0.335' in text
+    assert 'failfast_verdicts_total{group="a",outcome="resolved"} 200' in text
     assert "failfast_fpr_target 0.05" in text
     lines = [json.loads(x) for x in sink.getvalue().splitlines()]
     assert len(lines) == 200

@@ -16,21 +16,21 @@ def test_lookup_own_pooled_unknown_and_refused(caplog: pytest.LogCaptureFixture)
     table = ThresholdTable.model_validate(THRESHOLDS)
     assert table.schedule == Schedule(min_steps=2, every=1, persist=1)
     th = table.lookup("mini-swe-agent", 0.1)
-    assert (th.stop, th.warn, th.source) == (0.55, 0.45, "agent")
+    assert (th.stop, th.warn, th.origin) == (0.55, 0.45, "agent")
     # refused for a calibrated agent: the pooled stop threshold, the agent's own warn level
     th = table.lookup("swe-agent", 0.05)
-    assert (th.stop, th.warn, th.source) == (0.7, 0.5, "pooled")
+    assert (th.stop, th.warn, th.origin) == (0.7, 0.5, "pooled")
     # no agent named: pooled, without a warning
-    assert table.lookup(None, 0.05).source == "pooled"
+    assert table.lookup(None, 0.05).origin == "pooled"
     assert not caplog.records
     with caplog.at_level("WARNING"):
         th = table.lookup("never-seen", 0.05)
-    assert (th.stop, th.warn, th.source) == (0.7, 0.42, "pooled-unknown-agent")
+    assert (th.stop, th.warn, th.origin) == (0.7, 0.42, "pooled-unknown-agent")
     assert "keyed by agent" in caplog.text
     # a target refused everywhere: no stop by score
     th = table.lookup("swe-agent", 0.1)
     assert math.isinf(th.stop)
-    assert th.source == "refused"
+    assert th.origin == "refused"
 
 
 def test_round_trip_and_strictness() -> None:

@@ -40,7 +40,7 @@ def test_session_flow_matches_offline_scores(server, bundle):
     r = httpx.post(f"{server}/v1/sessions", json={"task": traj.task, "agent": "mini-swe-agent"})
     assert r.status_code == 201
     body = r.json()
-    assert (body["threshold"], body["warn_threshold"], body["threshold_source"]) == (
+    assert (body["threshold"], body["warn_threshold"], body["threshold_origin"]) == (
         0.61,
         0.45,
         "agent",

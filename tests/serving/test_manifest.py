@@ -4,6 +4,7 @@ and thresholds.json files of the format before `groups` read as they were writte
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,20 @@ def test_read_manifest_names_the_malformed_field(fields: dict, name: str) -> Non
         read_manifest(json.dumps(fields).encode(), Path("m.json"))
     with pytest.raises(BundleError, match="manifest must be a JSON object"):
         read_manifest(b"[1]", Path("m.json"))
+
+
+def _documented(section: str) -> set[str]:
+    """The backticked names in the first column of the table under `## {section}` of BUNDLE.md."""
+    text = (ROOT / "docs" / "BUNDLE.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for line in body.splitlines():
+        cells = line.split("|")
+        if line.startswith("| `") and len(cells) > 2:
+            names |= set(re.findall(r"`([a-z_]+)`", cells[1]))
+    return names
+
+
+def test_bundle_md_documents_every_manifest_and_thresholds_field_and_no_other() -> None:
+    assert _documented("monitor.json") == set(Manifest.model_fields)
+    assert _documented("thresholds.json") == set(ThresholdTable.model_fields)

@@ -136,13 +136,13 @@ def test_int8_close_to_fp32(bundle, scorer):
 
 def test_thresholds_lookup(scorer, caplog):
     th = scorer.thresholds("mini-swe-agent")
-    assert (th.stop, th.warn, th.source) == (0.61, 0.45, "agent")
+    assert (th.stop, th.warn, th.origin) == (0.61, 0.45, "agent")
     # refused for its own agent -> pooled
     th = scorer.thresholds("swe-agent")
-    assert (th.stop, th.warn, th.source) == (0.7, 0.5, "pooled")
+    assert (th.stop, th.warn, th.origin) == (0.7, 0.5, "pooled")
     with caplog.at_level("WARNING"):
         th = scorer.thresholds("never-seen-agent")
-    assert (th.stop, th.source) == (0.7, "pooled-unknown-agent")
+    assert (th.stop, th.origin) == (0.7, "pooled-unknown-agent")
     assert "never-seen-agent" in caplog.text
     # the warning says what the thresholds are keyed by and which names exist
     assert "keyed by agent" in caplog.text
@@ -297,15 +297,15 @@ def test_thresholds_keyed_by_source_are_found_by_source(bundle):
     scorer.bundle.manifest.thresholds = ThresholdTable.model_validate(table)
 
     src = "mini-swe-agent-gemini-3-pro"
-    assert scorer.start("t", "mini-swe-agent", source=src).threshold_source == "agent"
-    assert scorer.start("t", "mini-swe-agent").threshold_source == "pooled-unknown-agent"
+    assert scorer.start("t", "mini-swe-agent", source=src).threshold_origin == "agent"
+    assert scorer.start("t", "mini-swe-agent").threshold_origin == "pooled-unknown-agent"
     assert scorer.session("t", "mini-swe-agent", source=src).scorer.threshold == 0.61
 
     traj = make_run(6)
     traj.source = src
-    assert score_transcript(scorer, traj).threshold_source == "agent"
+    assert score_transcript(scorer, traj).threshold_origin == "agent"
 
     client = TestClient(create_app(scorer))
     r = client.post("/v1/sessions", json={"task": "t", "agent": "mini-swe-agent", "source": src})
     assert r.status_code == 201, r.text
-    assert (r.json()["threshold"], r.json()["threshold_source"]) == (0.61, "agent")
+    assert (r.json()["threshold"], r.json()["threshold_origin"]) == (0.61, "agent")

@@ -119,7 +119,7 @@ def test_shadow_sample_status_metrics_and_the_log_rebuilds(tmp_path) -> None:
     assert not r["counted"]
     assert "shadow" in r["not_counted_because"]
     st = c.get("/v1/status").json()
-    other = st["agents"]["other"]
+    other = st["groups"]["other"]
     assert (st["sample"], st["alpha"], st["target"]) == ("shadow", 0.2, 0.05)
     assert (other["runs"], other["resolved"], other["stopped_resolved"]) == (30, 30, 30)
     assert other["drift"] is True
@@ -127,8 +127,8 @@ def test_shadow_sample_status_metrics_and_the_log_rebuilds(tmp_path) -> None:
     assert st["drift"] is True
     assert "calibration" in st
     metrics = c.get("/metrics").text
-    assert 'failfast_fpr_drift{agent="other"} 1' in metrics
-    assert 'failfast_verdicts_total{agent="other",outcome="not_counted"} 1' in metrics
+    assert 'failfast_fpr_drift{group="other"} 1' in metrics
+    assert 'failfast_verdicts_total{group="other",outcome="not_counted"} 1' in metrics
 
     from training.data.decisions import runs_from_logs
 

@@ -28,7 +28,7 @@ def S(min_steps: int = 1, every: int = 1, persist: int = 1) -> Schedule:
 def stop_at(th, agent, target):
     """(stop threshold or None, where it came from) by the one lookup rule."""
     t = th.lookup(agent, target)
-    return (None if np.isinf(t.stop) else t.stop), t.source
+    return (None if np.isinf(t.stop) else t.stop), t.origin
 
 
 def rec(i, agent, resolved, scores, inst=None):
@@ -233,8 +233,8 @@ def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
     safe = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1], margin=2.0, fallback="none")
     assert safe.groups["a"].stop_at(0.1) > plain.groups["a"].stop_at(0.1)
     assert safe.groups["a"].stop["0.1"].fpr_val <= 0.05
-    assert plain.lookup("few", 0.1).source == "pooled"
-    assert plain.lookup("nobody", 0.1).source == "pooled-unknown-agent"
+    assert plain.lookup("few", 0.1).origin == "pooled"
+    assert plain.lookup("nobody", 0.1).origin == "pooled-unknown-agent"
     for group in ("few", "nobody"):
         refused = safe.lookup(group, 0.1)
-        assert (refused.source, refused.stop) == ("refused", math.inf)
+        assert (refused.origin, refused.stop) == ("refused", math.inf)

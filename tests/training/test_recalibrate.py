@@ -189,7 +189,7 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert rec["thresholds"]["method"] == "conformal"
     assert rec["from_bundle"]["sha256"] == load_bundle(bundle).sha256
     table = b2.thresholds
-    assert table.lookup("my-agent", 0.05).source == "agent"
+    assert table.lookup("my-agent", 0.05).origin == "agent"
     assert table.groups["mini-swe-agent"] == load_bundle(bundle).thresholds.groups["mini-swe-agent"]
     assert "## Recalibrated" in (out / "README.md").read_text()
     # the served thresholds of the new agent are those picked on its scores
@@ -219,7 +219,7 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert "calibrated by failfast calibrate at " + rec["at"] in caplog.text
     status = client.get("/v1/status").json()
     assert status["calibration"]["groups"]["my-agent"]["runs"] == 36
-    assert sorted(status["agents"]) == ["mini-swe-agent", "my-agent", "other", "swe-agent"]
+    assert sorted(status["groups"]) == ["mini-swe-agent", "my-agent", "other", "swe-agent"]
     # failfast watch writes a decision log that ends with the run's end record
     wlog = tmp_path / "watch.jsonl"
     argv_w = ["watch", "--bundle", str(out), str(fixture), "--once", "--decision-log", str(wlog)]
@@ -265,7 +265,7 @@ def test_calibrate_agent_flag_names_the_group_of_a_source_keyed_table(bundle, tm
     table = load_bundle(out).thresholds
     assert table.group_by == "source"
     assert list(table.groups) == ["my-group"]
-    assert table.lookup(table.group_of("anything", "my-group"), 0.1).source == "agent"
+    assert table.lookup(table.group_of("anything", "my-group"), 0.1).origin == "agent"
 
 
 def test_calibrate_refuses_an_uncertifiable_served_target(bundle, tmp_path, capsys) -> None:

@@ -187,7 +187,7 @@ def _score(args: argparse.Namespace) -> int:
     else:
         thr = "none (warn only)" if result.threshold is None else f"{result.threshold:.3f}"
         print(
-            f"run={traj.id} agent={traj.agent} steps={len(traj.steps)} threshold={thr} ({result.threshold_source})"
+            f"run={traj.id} agent={traj.agent} steps={len(traj.steps)} threshold={thr} ({result.threshold_origin})"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
             print(f"  k={k:4d} score={s:.3f} {d.action:8s} {d.reason}")

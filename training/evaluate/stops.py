@@ -48,7 +48,7 @@ def score_stops(
         g = str(getattr(r, key))
         if g not in used:
             th = thresholds.lookup(g, target)
-            used[g] = {"threshold": th.stop if math.isfinite(th.stop) else None, "from": th.source}
+            used[g] = {"threshold": th.stop if math.isfinite(th.stop) else None, "from": th.origin}
         stops[r.run_id] = thresholds.schedule.first_stop(r.scores[scorer], used[g]["threshold"])
     return stops, used
 

@@ -18,7 +18,7 @@ from monitor.errors import BundleError
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
 from monitor.thresholds import ThresholdTable
-from serving.manifest import MANIFEST, KvShape, Manifest, write_manifest
+from serving.manifest import BUNDLE_FORMAT, MANIFEST, KvShape, Manifest, write_manifest
 from training.config import ExportConfig
 from training.export.card import model_card
 from training.export.convert import ExportReport, export_graphs
@@ -71,8 +71,6 @@ def _versions(opset: int) -> dict[str, Any]:
         ours = metadata.version("failfast-monitor")
     except metadata.PackageNotFoundError:
         ours = "unknown"
-    from serving.bundle import BUNDLE_FORMAT
-
     return {
         "bundle_format": BUNDLE_FORMAT,
         "failfast_monitor": ours,
