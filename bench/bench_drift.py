@@ -38,7 +38,7 @@ import numpy as np
 
 from monitor.policy import PolicyConfig
 from monitor.schedule import Schedule
-from monitor.scripted import ScriptedSession
+from monitor.scripted import ScriptedScorer, ScriptedSession
 from monitor.types import Step
 from serving.limits import ServiceConfig
 from serving.verdicts import service_monitor
@@ -46,17 +46,17 @@ from serving.verdicts import service_monitor
 AGENT = "replayed"
 
 
-class ReplayScorer:
+class ReplayScorer(ScriptedScorer):
     """A scorer whose session for task "i" returns run i's scores (the stop threshold fixed);
     its bundle stand-in names one threshold group, AGENT."""
 
     def __init__(self, runs: list[list[float]], threshold: float, target: float) -> None:
+        super().__init__([], threshold=threshold, warn_threshold=math.inf)
         self.runs = runs
-        self.threshold = threshold
         self.target = target
         self.policy: dict[str, Any] = {}
         self.bundle = SimpleNamespace(
-            thresholds=SimpleNamespace(groups={AGENT: None}),
+            thresholds=SimpleNamespace(groups={AGENT: None}, group_by="agent"),
             path=Path("replay"),
             sha256="",
             calibration={"by": "bench_drift", "note": "threshold set wrong on purpose"},
@@ -64,9 +64,6 @@ class ReplayScorer:
 
     def start(self, task: str, agent: str | None = None, source: str = "") -> ScriptedSession:
         return ScriptedSession(self.runs[int(task)], self.threshold, math.inf, None)
-
-    def score_run(self, traj: Any) -> list[float]:  # pragma: no cover - protocol only
-        raise NotImplementedError
 
 
 def compact(stat: float, schedule: Schedule) -> list[float]:

@@ -30,6 +30,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
+from monitor.protocols import Scorer
 from monitor.thresholds import DEFAULT_TARGET, group_name
 
 log = logging.getLogger("failfast.drift")
@@ -116,16 +117,14 @@ class Feedback:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_scorer(cls, scorer: Any, **kwargs: Any) -> Feedback:
-        """A Feedback at the scorer's target over its bundle's threshold groups (a scorer without
-        them, e.g. ScriptedScorer: the default target, every agent "other")."""
-        target = getattr(scorer, "target", None) or DEFAULT_TARGET
-        groups: list[str] = []
-        table = getattr(getattr(scorer, "bundle", None), "thresholds", None)
+    def for_scorer(cls, scorer: Scorer | None, **kwargs: Any) -> Feedback:
+        """A Feedback at the scorer's target over its bundle's threshold groups (no scorer: the
+        default target; no thresholds, e.g. ScriptedScorer: every run "other")."""
+        target = scorer.target if scorer is not None else DEFAULT_TARGET
+        table = scorer.bundle.thresholds if scorer is not None and scorer.bundle else None
         if table is not None:
-            groups = list(table.groups)
-            kwargs.setdefault("group_by", getattr(table, "group_by", "agent"))
-        return cls(float(target), groups, **kwargs)
+            kwargs.setdefault("group_by", table.group_by)
+        return cls(float(target), list(table.groups) if table else [], **kwargs)
 
     def group(self, agent: str | None, source: str = "") -> str:
         """The metric/watch group of a run: the threshold group it is looked up under

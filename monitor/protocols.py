@@ -3,14 +3,20 @@
 - Reader: one per transcript format (monitor/formats/*).
 - ScoreSession / StepScorer: a learned scorer as the decision policy sees it (serving/ implements
   it with onnxruntime; tests use a scripted fake).
+- Scorer: what the service, the hooks and whole-run scoring call (serving.Scorer,
+  monitor.scripted.ScriptedScorer); BundleInfo: the loaded bundle it names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monitor.types import Step, Trajectory
+
+if TYPE_CHECKING:
+    from monitor.thresholds import Thresholds, ThresholdTable
 
 
 class Reader(Protocol):
@@ -37,6 +43,8 @@ class ScoreSession(Protocol):
     """Stop threshold for this session's agent (from the bundle's monitor.json)."""
     warn_threshold: float
     """Warn threshold for this session's agent."""
+    threshold_origin: str
+    """Where the stop threshold came from (monitor.thresholds.Thresholds.origin)."""
 
     def observe(self, step: Step) -> float:
         """Add one step; return P(unresolved | prefix so far)."""
@@ -53,4 +61,89 @@ class StepScorer(Protocol):
 
     def score_run(self, traj: Trajectory) -> list[float]:
         """Scores at every step boundary: element k-1 is P(unresolved | steps 1..k)."""
+        ...
+
+
+class BundleInfo(Protocol):
+    """The loaded bundle a scorer serves (serving.bundle.Bundle)."""
+
+    @property
+    def path(self) -> Path:
+        """The bundle folder (only its name is ever shown)."""
+        ...
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of its monitor.json."""
+        ...
+
+    @property
+    def thresholds(self) -> ThresholdTable | None:
+        """Its thresholds (None: no stop by score)."""
+        ...
+
+    @property
+    def calibration(self) -> dict[str, Any]:
+        """What calibrated its thresholds, without local paths."""
+        ...
+
+    @property
+    def graph_hashes(self) -> dict[str, str]:
+        """sha256 of each of its ONNX graphs, by file name."""
+        ...
+
+
+class Batcher(Protocol):
+    """Counts of a scorer's batched graph calls (serving.batching.KVBatcher)."""
+
+    calls: int
+    rows: int
+
+
+class Scorer(StepScorer, Protocol):
+    """A scorer as the service, the hooks and `score_transcript` call it."""
+
+    @property
+    def target(self) -> float:
+        """The run-level FPR target its thresholds are looked up at."""
+        ...
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The PolicyConfig dict it was calibrated with (check schedule and halts)."""
+        ...
+
+    @property
+    def bundle(self) -> BundleInfo | None:
+        """The bundle it serves (None: a scorer without one, e.g. scripted)."""
+        ...
+
+    @property
+    def int8(self) -> bool:
+        """Whether it runs the int8 graphs."""
+        ...
+
+    @property
+    def tokens_encoded(self) -> int:
+        """Tokens its live sessions had the model encode since it was loaded."""
+        ...
+
+    @property
+    def batcher(self) -> Batcher | None:
+        """Its batching of concurrent sessions' graph calls (None: off)."""
+        ...
+
+    def enable_batching(self, window: float, max_batch: int) -> None:
+        """Batch concurrent sessions' calls (wait at most `window` s, up to `max_batch` rows)."""
+        ...
+
+    def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
+        """Stop/warn thresholds of a run of `agent` (and `source`) at its target."""
+        ...
+
+    def score_run(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> list[float]:
+        """Scores at every step boundary (element k-1: P(unresolved | steps 1..k)); stops with
+        monitor.errors.Cancelled when `cancelled()` says so."""
         ...

@@ -5,8 +5,11 @@ It ships in the package so that harness authors can test their integration witho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from monitor.protocols import BundleInfo
+from monitor.thresholds import DEFAULT_TARGET, Thresholds
 from monitor.types import Step, Trajectory
 
 
@@ -19,6 +22,7 @@ class ScriptedSession:
         self.scores = list(scores)
         self.threshold = threshold
         self.warn_threshold = warn_threshold
+        self.threshold_origin = "scripted"
         self.fail_at = fail_at
         self.k = 0
 
@@ -33,7 +37,8 @@ class ScriptedSession:
 
 
 class ScriptedScorer:
-    """A StepScorer whose sessions return `scores[k-1]` after step k.
+    """A Scorer (monitor.protocols) whose sessions return `scores[k-1]` after step k; no bundle,
+    the default target and policy, the same thresholds for every run.
 
     Args:
         scores: the scores, one per step (the last one repeats).
@@ -56,12 +61,28 @@ class ScriptedScorer:
         self.fail_at = fail_at
         self.started: list[tuple[str, str | None]] = []
 
+    target: float = DEFAULT_TARGET
+    policy: dict[str, Any] = {}  # noqa: RUF012 - read only: the default PolicyConfig
+    bundle: BundleInfo | None = None
+    int8: bool = False
+    tokens_encoded: int = 0
+    batcher: None = None
+
+    def enable_batching(self, window: float, max_batch: int) -> None:
+        """Nothing to batch: scripted sessions make no graph calls."""
+
+    def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
+        """The scripted thresholds, for every run."""
+        return Thresholds(self.threshold, self.warn_threshold, "agent")
+
     def start(self, task: str, agent: str | None = None, source: str = "") -> ScriptedSession:
         """Open a session (records the task and agent it was opened for)."""
         self.started.append((task, agent))
         return ScriptedSession(self.scores, self.threshold, self.warn_threshold, self.fail_at)
 
-    def score_run(self, traj: Trajectory) -> list[float]:
+    def score_run(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> list[float]:
         """Scores at every step boundary of `traj`."""
         session = ScriptedSession(self.scores, self.threshold, self.warn_threshold, None)
         return [session.observe(s) for s in traj.steps]

@@ -35,7 +35,7 @@ from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key, short_call
 from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
-from monitor.protocols import ScoreSession, StepScorer
+from monitor.protocols import Scorer, ScoreSession
 from monitor.signals import SignalTracker
 from monitor.types import Decision, Flag, RestartPacket, Step
 
@@ -68,7 +68,7 @@ class Monitor:
     def __init__(
         self,
         config: PolicyConfig | None = None,
-        scorer: StepScorer | None = None,
+        scorer: Scorer | None = None,
         *,
         log: DecisionLog | None = None,
         feedback: Feedback | None = None,
@@ -95,11 +95,7 @@ class Monitor:
         score_session = None
         if self.scorer is not None:
             try:
-                score_session = (  # a scorer written before sources takes (task, agent)
-                    self.scorer.start(task, agent, source=source)
-                    if source
-                    else self.scorer.start(task, agent)
-                )
+                score_session = self.scorer.start(task, agent, source=source)
             except Exception:
                 logger.exception("scorer failed to start a session; heuristics only")
         return Session(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import BundleError
+from monitor.protocols import Scorer as ScorerProtocol
 from monitor.thresholds import Thresholds, ThresholdTable
 from serving.manifest import BUNDLE_FORMAT, MANIFEST, Manifest, read_manifest, sha256_file
 
@@ -106,6 +107,11 @@ class Bundle:
         """{"n_layers", "kv_heads", "head_dim", "pooled_hidden"} of the KV graph's caches."""
         return self.manifest.kv.model_dump() if self.manifest.kv is not None else {}
 
+    @property
+    def graph_hashes(self) -> dict[str, str]:
+        """sha256 of each ONNX graph, by file name (what scored a decision log's runs)."""
+        return {k: v for k, v in self.manifest.files.items() if k.endswith(".onnx")}
+
     def graph(self, name: str, *, int8: bool = False) -> Path:
         """Path of a graph ("model.onnx" or "model_kv.onnx"), its int8 twin when asked."""
         if int8:
@@ -132,22 +138,21 @@ class Bundle:
         return table.lookup(group, self.target if target is None else target)
 
 
-def start_record(scorer: Any) -> dict[str, Any]:
+def start_record(scorer: ScorerProtocol) -> dict[str, Any]:
     """The first line a decision log gets from a scorer: which bundle and graphs score its runs
     (`failfast calibrate` checks that the graphs of --bundle are the ones that scored the log)."""
     import time
 
-    bundle: Bundle | None = getattr(scorer, "bundle", None)
-    files = bundle.manifest.files if bundle is not None else {}
+    bundle = scorer.bundle
     return {
         "ts": round(time.time(), 3),
         "event": "start",
         "run": "",
         "bundle": bundle.path.name if bundle is not None else None,
         "bundle_sha256": bundle.sha256 if bundle is not None else None,
-        "graphs": {k: v for k, v in files.items() if k.endswith(".onnx")},
-        "int8": bool(getattr(scorer, "int8", False)),
-        "target": getattr(scorer, "target", None),
+        "graphs": bundle.graph_hashes if bundle is not None else {},
+        "int8": bool(scorer.int8),
+        "target": scorer.target,
     }
 
 

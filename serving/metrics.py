@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 import threading
 
+from monitor.protocols import Batcher
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Upper bounds (seconds) of the latency histogram buckets."""
 
@@ -79,11 +81,11 @@ def gauge(name: str, help: str, value: float) -> str:
     return f"# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value:g}\n"
 
 
-def batch_gauges(batcher: object | None) -> str:
+def batch_gauges(batcher: Batcher | None) -> str:
     """Calls and rows of a serving.batching.KVBatcher (nothing when batching is off)."""
     if batcher is None:
         return ""
-    calls, rows = getattr(batcher, "calls", 0), getattr(batcher, "rows", 0)
+    calls, rows = batcher.calls, batcher.rows
     return gauge(
         "failfast_batched_calls", "Batched model calls for live sessions since start.", calls
     ) + gauge("failfast_batched_rows", "Session steps those calls carried.", rows)

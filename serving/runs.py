@@ -9,41 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.errors import Cancelled
 from monitor.policy import PolicyConfig
+from monitor.protocols import Scorer
+from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
-from monitor.types import Decision, Step, Trajectory
+from monitor.types import Decision, Trajectory
 
 log = logging.getLogger(__name__)
-
-
-class _ReplaySession:
-    """A ScoreSession returning precomputed scores in order."""
-
-    def __init__(self, scores: Sequence[float], threshold: float, warn_threshold: float) -> None:
-        self._scores = list(scores)
-        self.threshold = threshold
-        self.warn_threshold = warn_threshold
-        self._k = 0
-
-    def observe(self, step: Step) -> float:
-        self._k += 1
-        return self._scores[self._k - 1]
-
-
-class _ReplayScorer:
-    def __init__(self, session: _ReplaySession) -> None:
-        self._session = session
-
-    def start(self, task: str, agent: str | None = None, source: str = "") -> _ReplaySession:
-        return self._session
-
-    def score_run(self, traj: Trajectory) -> list[float]:  # pragma: no cover - protocol only
-        return list(self._session._scores)
 
 
 @dataclass
@@ -91,7 +68,7 @@ def _finite(x: float) -> float | None:
 
 
 def score_transcript(
-    scorer: Any,
+    scorer: Scorer | None,
     traj: Trajectory,
     *,
     policy: PolicyConfig | None = None,
@@ -130,12 +107,12 @@ def score_transcript(
             scores=[float("nan")] * len(traj.steps),
             decisions=[dataclasses.replace(err, step=k) for k in range(1, len(traj.steps) + 1)],
         )
-    replay = _ReplaySession(scores, th.stop, th.warn)
+    replay = ScriptedScorer(scores, threshold=th.stop, warn_threshold=th.warn)
     if monitor is not None:
-        mon = Monitor(monitor.config, scorer=_ReplayScorer(replay), log=monitor.log)
+        mon = Monitor(monitor.config, scorer=replay, log=monitor.log)
     else:
         cfg = policy or PolicyConfig.model_validate(scorer.policy)
-        mon = Monitor(cfg, scorer=_ReplayScorer(replay))
+        mon = Monitor(cfg, scorer=replay)
     session = mon.start(traj.task, traj.agent or None, run=traj.id, source=traj.source)
     session.diff = traj.submission
     result = RunResult(

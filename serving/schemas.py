@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
+from pydantic_core import PydanticCustomError
 
 from monitor.types import Step
 from serving.transcripts import safe_filename
@@ -37,6 +39,11 @@ class StepIn(BaseModel):
         return Step.from_dict(d)
 
 
+STEP_LIMIT: ContextVar[int | None] = ContextVar("failfast_score_step_limit", default=None)
+"""Most steps a /v1/score body may carry (the service's `max_score_steps`; None: no limit), set
+by the route for the request being validated."""
+
+
 class ScoreRequest(BaseModel):
     """A whole run: `transcript` (native format) or `steps` (normalised)."""
 
@@ -61,6 +68,17 @@ class ScoreRequest(BaseModel):
     @classmethod
     def _plain_name(cls, v: str) -> str:
         return safe_filename(v)
+
+    @field_validator("steps", mode="wrap")
+    @classmethod
+    def _within_step_limit(cls, v: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # The list's length is checked before any step is validated (validating 2 M steps is slow).
+        limit = STEP_LIMIT.get()
+        if limit is not None and isinstance(v, list) and len(v) > limit:
+            raise PydanticCustomError(
+                "too_long", "at most {limit} steps", {"limit": limit, "actual_length": len(v)}
+            )
+        return handler(v)
 
 
 class SessionRequest(BaseModel):

@@ -1,9 +1,5 @@
-"""Verdict feedback in the HTTP service: routes, the monitor they share, closing sessions.
-
-    POST /v1/sessions/{id}/verdict   {"resolved": true|false, "finished": null}  -> what was done
-    POST /v1/verdicts                {"session_id" | "run_id": ..., "resolved": ..., "finished": ...}
-    GET  /v1/status                  per agent: runs, resolved, stopped_resolved, realized_fpr,
-                                     interval, drift, flagged_at; the bundle's calibration
+"""Verdict feedback in the HTTP service: the bodies, the monitor the routes share
+(serving/routes/verdicts.py), closing sessions.
 
 A verdict may arrive while the session is open or after it closed (DELETE, expiry, eviction): the
 last `recent_runs` closed sessions are remembered (monitor.feedback). Answers: 404 for a session or
@@ -16,19 +12,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from monitor.decision_log import DecisionLog
-from monitor.errors import VerdictError
 from monitor.feedback import Feedback
 from monitor.policy import PolicyConfig
+from monitor.protocols import Scorer
 from monitor.session import Monitor
-from monitor.textio import json_safe
 from serving.bundle import start_record
-from serving.guard import error
 from serving.limits import ServiceConfig
-from serving.sessions import Live, SessionTable
+from serving.sessions import Live
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +44,7 @@ class VerdictFor(VerdictIn):
     run_id: str | None = Field(None, max_length=1000)
 
 
-def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
+def service_monitor(scorer: Scorer, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
     """The Monitor of the service: its decision log (`decision_log` file, line-buffered) and
     its feedback at the scorer's target over the bundle's threshold groups."""
     sink = open(cfg.decision_log, "a", buffering=1) if cfg.decision_log else None  # noqa: SIM115
@@ -61,6 +54,9 @@ def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Mo
     feedback = Feedback.for_scorer(
         scorer, alpha=cfg.drift_alpha, sample=cfg.watch_runs, keep=cfg.recent_runs, log=dlog
     )
+    calibration = scorer.bundle.calibration if scorer.bundle is not None else None
+    if calibration:
+        log.info("thresholds: %s", describe_calibration(calibration))
     return Monitor(policy, scorer=scorer, log=dlog, feedback=feedback)
 
 
@@ -76,63 +72,6 @@ def close_session(sid: str, live: Live) -> None:
                 log.exception("session %s: could not log its end record", sid)
         if session.feedback is not None:
             session.feedback.closed(session.outcome())
-
-
-def install(app: FastAPI, *, scorer: Any, table: SessionTable, feedback: Feedback) -> None:
-    """Add the verdict and status routes to the service's app; log what calibrated the bundle."""
-    bundle = getattr(scorer, "bundle", None)
-    calibration = bundle.calibration if bundle is not None else None
-    if calibration:
-        log.info("thresholds: %s", describe_calibration(calibration))
-
-    def take(live: Live | None, sid: str | None, run: str | None, body: VerdictIn) -> Any:
-        try:
-            if live is not None:
-                with live.lock:
-                    done = live.session.verdict(body.resolved, finished=body.finished)
-            else:
-                outcome = feedback.find(session=sid, run=run)
-                if outcome is None:
-                    what = f"session {sid!r}" if sid else f"run {run!r}"
-                    return error(
-                        404,
-                        f"unknown {what}: never opened, or closed longer ago than the "
-                        f"{feedback.keep} most recent sessions (--recent-runs)",
-                    )
-                done = feedback.report(outcome, body.resolved, finished=body.finished)
-        except VerdictError as e:
-            return error(409, str(e))
-        return json_safe(done)
-
-    @app.post("/v1/sessions/{sid}/verdict")
-    def session_verdict(sid: str, body: VerdictIn) -> Any:
-        """Report a finished run's verdict by its session id (open or recently closed)."""
-        return take(table.get(sid), sid, None, body)
-
-    @app.post("/v1/verdicts")
-    def verdicts(body: VerdictFor) -> Any:
-        """Report a finished run's verdict by `session_id` or by the harness's `run_id`."""
-        if (body.session_id is None) == (body.run_id is None):
-            return error(422, "give exactly one of `session_id` or `run_id`")
-        if body.session_id is not None:
-            return take(table.get(body.session_id), body.session_id, None, body)
-        assert body.run_id is not None
-        found = table.find_run(body.run_id)
-        return take(found[1] if found else None, None, body.run_id, body)
-
-    @app.get("/v1/status")
-    def status() -> Any:
-        """Per agent: the realized FPR of the runs with verdicts, its anytime-valid interval and
-        the drift flag; what calibrated the served thresholds."""
-        return json_safe(
-            {
-                **feedback.status(),
-                "sessions_open": len(table),
-                "bundle": bundle.path.name if bundle is not None else None,
-                "bundle_sha256": getattr(bundle, "sha256", None) or None,
-                "calibration": calibration,
-            }
-        )
 
 
 def describe_calibration(c: dict[str, Any]) -> str:

@@ -52,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
+from monitor.policy import PolicyConfig
+from monitor.protocols import Scorer
 from monitor.textio import json_safe
 from monitor.types import Decision, Flag, RestartPacket, Trajectory
 from serving.hooks.minisweagent import write_restart
@@ -114,9 +116,9 @@ def read_run(
 
 def decide(
     event: dict[str, Any],
-    scorer: Any,
+    scorer: Scorer | None,
     *,
-    policy: Any = None,
+    policy: PolicyConfig | None = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
 ) -> Decision:
@@ -224,11 +226,11 @@ def decision_from_dict(d: dict[str, Any]) -> Decision:
 
 def run_hook(
     event: dict[str, Any],
-    scorer: Any = None,
+    scorer: Scorer | None = None,
     *,
     url: str | None = None,
     timeout: float = 5.0,
-    policy: Any = None,
+    policy: PolicyConfig | None = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
 ) -> dict[str, Any]:

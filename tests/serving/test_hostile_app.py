@@ -218,19 +218,26 @@ def test_every_error_body_is_error_shaped(plain):
 
 
 def test_500_is_error_shaped_and_counted():
-    """In process: a scorer that breaks where nothing catches it."""
+    """In process: a scorer that breaks where nothing catches it (and one that cannot start a
+    session, which leaves the session the model-free halts, as Monitor.start does)."""
     from starlette.testclient import TestClient
 
+    from monitor.scripted import ScriptedScorer
     from serving.app import create_app
 
-    class Broken:
-        policy: dict = {}
-
+    class Broken(ScriptedScorer):
         def start(self, task, agent=None, source=""):
             raise RuntimeError("graph exploded")
 
-    client = TestClient(create_app(Broken()), raise_server_exceptions=False)
+        @property
+        def int8(self):
+            raise RuntimeError("graph exploded")
+
+    client = TestClient(create_app(Broken([0.5])), raise_server_exceptions=False)
     r = client.post("/v1/sessions", json={"task": "t"})
+    assert r.status_code == 201
+    assert r.json()["threshold_origin"] == "none (no model)"
+    r = client.get("/healthz")
     assert r.status_code == 500
     assert r.json() == {"error": "internal error (RuntimeError); see the server log"}
     assert 'failfast_errors_total{status="500"} 1' in client.get("/metrics").text

@@ -199,7 +199,7 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
 
 def _check_graphs(starts: list[dict[str, Any]], scorer: Any) -> None:
     """A log scored by other graphs than the bundle's cannot calibrate it."""
-    ours = {k: v for k, v in scorer.bundle.manifest.files.items() if k.endswith(".onnx")}
+    ours = scorer.bundle.graph_hashes
     for s in starts:
         theirs = s.get("graphs") or {}
         if theirs and any(ours.get(k) != v for k, v in theirs.items()):
