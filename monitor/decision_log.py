@@ -75,6 +75,17 @@ class DecisionLog:
         self.flags: Counter[str] = Counter()
         self._lock = threading.Lock()
 
+    @classmethod
+    def append_to(cls, path: str | None, start: dict[str, Any] | None = None) -> DecisionLog:
+        """A log appending line-buffered to the file `path` (None: no file), that file's lines
+        opened by `start` (the scorer's serving.bundle.start_record); the caller closes `sink`."""
+        if not path:
+            return cls()
+        log = cls(open(path, "a", buffering=1))  # noqa: SIM115 - held for the log's life
+        if start is not None:
+            log.write(start)
+        return log
+
     def record(
         self,
         decision: Decision,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -80,6 +80,12 @@ BUDGET_CHECKS: tuple[tuple[str, str, str], ...] = (
 _BEFORE_CALL = ("max_steps", "max_tokens", "max_cost_usd", "max_wall_seconds")
 
 
+def next_call_passes(value: Any, nxt: Any, cap: float) -> Any:
+    """The before-call rule, on numbers or numpy arrays alike: the next call, estimated to add
+    `nxt`, takes `value` past `cap` (or nothing is added and the cap is already reached)."""
+    return (value + nxt > cap) | ((nxt == 0) & (value >= cap))
+
+
 class Budget(StrictModel):
     """Six caps (None = unchecked); fit them with `fit_budget` (p95 of resolved runs)."""
 
@@ -119,7 +125,7 @@ class Budget(StrictModel):
             if cap is None or field not in _BEFORE_CALL:
                 continue
             nxt = 1.0 if signal == "steps" else last.get(signal, 0.0)
-            if values[signal] + nxt > cap or (nxt == 0 and values[signal] >= cap):
+            if next_call_passes(values[signal], nxt, cap):
                 hits.append(Hit(reason, signal, values[signal], cap))
         return hits
 

@@ -26,7 +26,7 @@ from monitor.types import Trajectory
 
 
 @dataclass
-class RunOutcome:
+class RunFirings:
     """What fired on one run: item -> first step (1-based) at which it fired."""
 
     run: str
@@ -35,7 +35,7 @@ class RunOutcome:
     fired: dict[str, int] = field(default_factory=dict)
 
 
-def replay(traj: Trajectory, config: PolicyConfig, *, audit: bool = False) -> RunOutcome:
+def replay(traj: Trajectory, config: PolicyConfig, *, audit: bool = False) -> RunFirings:
     """Replay a recorded run through a Monitor session (no scorer).
 
     The session's first stop gives `stop:<reason>`; it is kept observing afterwards only to
@@ -43,17 +43,14 @@ def replay(traj: Trajectory, config: PolicyConfig, *, audit: bool = False) -> Ru
     (budgets, stuck patterns, context thrash, format errors, error streak, and the
     transcript-analyser rule even when it is off in `config`).
     """
-    out = RunOutcome(traj.id, traj.agent, traj.resolved)
+    out = RunFirings(traj.id, traj.agent, traj.resolved)
     session = Monitor(config).start(task=traj.task, agent=traj.agent, run=traj.id)
     rule = TranscriptRule(**config.analyser.model_dump(exclude={"enabled"}))
     stopped = False
-    for step in traj.steps:
-        if not stopped:
-            d = session.check()
-            if d.stop:
-                out.fired.setdefault(f"stop:{d.reason}", session.k)
-                stopped = True
-        decision = session.observe(step)
+    for before, decision in session.replay(traj.steps, check=True):
+        if before is not None and before.stop:
+            out.fired.setdefault(f"stop:{before.reason}", session.k - 1)  # before this step
+            stopped = True
         k = session.k
         if not stopped and decision.action != "continue":
             out.fired.setdefault(f"{decision.action}:{decision.reason}", k)
@@ -78,7 +75,7 @@ def replay_runs(
     *,
     audit: bool = False,
     scope_caps: dict[str, int] | None = None,
-) -> list[RunOutcome]:
+) -> list[RunFirings]:
     """Replay many runs; `scope_caps` sets scope_files_cap per agent (see flags.fit_scope_caps)."""
     config = config or PolicyConfig()
     per_agent: dict[str, PolicyConfig] = {}
@@ -115,13 +112,13 @@ def is_decision_log(path: str | Path) -> bool:
     return False
 
 
-def outcomes_from_log(path: str | Path) -> list[RunOutcome]:
+def outcomes_from_log(path: str | Path) -> list[RunFirings]:
     """Read a decision log (JSON lines) into one outcome per (agent, run).
 
     Raises:
         TranscriptError: when the file is unreadable or no line is a decision record.
     """
-    runs: dict[tuple[str, str], RunOutcome] = {}
+    runs: dict[tuple[str, str], RunFirings] = {}
     n_bad = 0
     for line in read_text(path).splitlines():
         if not line.strip():
@@ -136,7 +133,7 @@ def outcomes_from_log(path: str | Path) -> list[RunOutcome]:
             continue
         agent = str(rec.get("agent") or "unknown")
         key = (agent, str(rec.get("run") or ""))
-        out = runs.setdefault(key, RunOutcome(key[1], agent, rec.get("resolved")))
+        out = runs.setdefault(key, RunFirings(key[1], agent, rec.get("resolved")))
         if out.resolved is None and rec.get("resolved") is not None:
             out.resolved = bool(rec["resolved"])
         step = int(rec.get("step") or 0)
@@ -181,7 +178,7 @@ class ReasonRow:
         return share is not None and share > 0.5 and labelled >= self.min_runs
 
 
-def reason_table(outcomes: list[RunOutcome], *, min_runs: int = 5) -> list[ReasonRow]:
+def reason_table(outcomes: list[RunFirings], *, min_runs: int = 5) -> list[ReasonRow]:
     """Count, per agent and item, the runs it fired on by label.
 
     Args:
@@ -205,7 +202,7 @@ def reason_table(outcomes: list[RunOutcome], *, min_runs: int = 5) -> list[Reaso
     return rows
 
 
-def format_report(outcomes: list[RunOutcome], rows: list[ReasonRow]) -> str:
+def format_report(outcomes: list[RunFirings], rows: list[ReasonRow]) -> str:
     """The report as text: per agent, a header line then one line per item."""
     lines = []
     by_agent: dict[str, list[ReasonRow]] = defaultdict(list)

@@ -27,10 +27,11 @@ import dataclasses
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from monitor.decision_log import DecisionLog
-from monitor.errors import VerdictError
+from monitor.errors import Cancelled, VerdictError
 from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key, short_call
@@ -245,6 +246,25 @@ class Session:
                 decision = Decision("continue", "ok", score, threshold, k, {}, flags)
         self.log.record(decision, run=self.run, agent=self.agent, session=self.session_id)
         return decision
+
+    def replay(
+        self,
+        steps: Sequence[Step],
+        *,
+        check: bool = False,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Iterator[tuple[Decision | None, Decision]]:
+        """Feed a recorded run's steps in order; per step, what `check()` said before it (with
+        `check`, until the session stopped; else None) and what `observe(step)` said.
+
+        Raises:
+            Cancelled: `cancelled()` (polled every 256 steps) returned True.
+        """
+        for k, step in enumerate(steps):
+            if cancelled is not None and k % 256 == 0 and cancelled():
+                raise Cancelled(f"stopped replaying {self.run or 'the run'} at step {k}")
+            before = self.check() if check and self.stopped is None else None
+            yield before, self.observe(step)
 
     def guard_call(self, name: str, args: Any) -> int:
         """How many times this call (normalised) was already made in this run.

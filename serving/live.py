@@ -14,12 +14,11 @@ from monitor.signals import SignalTracker
 from monitor.types import Step
 
 
-def logistic(x: float) -> float:
-    """Numerically stable 1 / (1 + exp(-x))."""
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+def sigmoid(x: np.ndarray | float) -> np.ndarray:
+    """Numerically stable 1 / (1 + exp(-x)), elementwise (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
 class KVScoreSession:
@@ -85,7 +84,7 @@ class KVScoreSession:
             logit, past = s.run_kv(new[start : start + step], past, sig)
         self._past = past
         self.tokens_encoded += len(new)
-        score = logistic(logit)
+        score = float(sigmoid(logit))
         if not math.isfinite(score):
             raise FloatingPointError(f"non-finite score at step {self.k}")
         return score

@@ -17,7 +17,7 @@ from monitor.errors import Cancelled
 from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
 from monitor.scripted import ScriptedScorer
-from monitor.session import Monitor
+from monitor.session import Monitor, Session
 from monitor.types import Decision, Trajectory
 
 log = logging.getLogger(__name__)
@@ -125,11 +125,8 @@ def score_transcript(
     return result
 
 
-def _replay(session: Any, traj: Trajectory, result: RunResult, cancelled: Any) -> None:
-    for k, step in enumerate(traj.steps):
-        if cancelled is not None and k % 256 == 0 and cancelled():
-            raise Cancelled(f"stopped replaying {traj.id or 'the run'} at step {k}")
-        d = session.observe(step)
+def _replay(session: Session, traj: Trajectory, result: RunResult, cancelled: Any) -> None:
+    for _, d in session.replay(traj.steps, cancelled=cancelled):
         result.decisions.append(d)
         if d.stop and result.stop is None:
             result.stop = d

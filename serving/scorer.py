@@ -31,19 +31,11 @@ from monitor.thresholds import Thresholds
 from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
-from serving.live import KVScoreSession
+from serving.live import KVScoreSession, sigmoid
 
 __all__ = ["KVScoreSession", "Scorer", "sigmoid"]
 
 log = logging.getLogger(__name__)
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """Numerically stable logistic function."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.where(
-        x >= 0, 1 / (1 + np.exp(-np.abs(x))), np.exp(-np.abs(x)) / (1 + np.exp(-np.abs(x)))
-    )
 
 
 def _ort_session(path: Path, threads: int | None) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from monitor.halts import BUDGET_CHECKS, Budget
+from monitor.halts import BUDGET_CHECKS, Budget, next_call_passes
 from monitor.schedule import Schedule
 from monitor.signals import SIGNAL_NAMES
 from training.data.records import RunRecord, Stops
@@ -54,8 +54,8 @@ def rule_fired(sig: np.ndarray, rule: Rule) -> np.ndarray:
 def budget_fired(sig: np.ndarray, budget: Budget, *, scale: float = 1.0) -> np.ndarray:
     """Per step k: would the Budget (caps times `scale`) stop the run after step k.
 
-    Mirrors Budget.before_call (the next call, estimated by the last step's increment, could pass
-    a cap) and Budget.after_step (a cap is already passed), vectorised over steps.
+    Budget.before_call's rule (monitor.halts.next_call_passes, the next call estimated by the last
+    step's increment) and Budget.after_step's (a cap already passed), vectorised over steps.
     """
     n = len(sig)
     fired = np.zeros(n, dtype=bool)
@@ -72,7 +72,7 @@ def budget_fired(sig: np.ndarray, budget: Budget, *, scale: float = 1.0) -> np.n
         fired |= v > cap
         if field in _BEFORE_CALL:
             nxt = np.ones(n) if signal == "steps" else np.diff(v, prepend=0.0)
-            fired |= (v + nxt > cap) | ((nxt == 0) & (v >= cap))
+            fired |= next_call_passes(v, nxt, cap)
     return fired
 
 

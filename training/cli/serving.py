@@ -291,10 +291,7 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
     from monitor.session import Monitor
     from serving.bundle import start_record
 
-    sink = open(decision_log, "a", buffering=1) if decision_log else None  # noqa: SIM115
-    log = DecisionLog(sink)
-    if sink is not None:
-        log.write(start_record(scorer))
+    log = DecisionLog.append_to(decision_log, start_record(scorer))
     return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=log)
 
 
