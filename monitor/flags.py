@@ -1,4 +1,4 @@
-"""Review flags (issue 8): signs that a human should look, raised beside the decision.
+"""Review flags: signs that a human should look, raised beside the decision.
 
 Flags never stop a run. Each is raised at most once per run (per variant) and names its
 evidence: the step, the files, the test output line, the question asked.

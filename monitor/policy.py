@@ -63,7 +63,7 @@ class PolicyConfig(Schedule):
         default=3, description="Stop at this many consecutive unparsable outputs (None: off)."
     )
     flags: FlagConfig = Field(
-        default_factory=lambda: FlagConfig(), description="Review flags (issue 8)."
+        default_factory=lambda: FlagConfig(), description="Review flags (monitor.flags)."
     )
 
 

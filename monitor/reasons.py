@@ -1,4 +1,4 @@
-"""The halt-reason report (issue 8): which halts and flags fire, per agent, on which runs.
+"""The halt-reason report: which halts and flags fire, per agent, on which runs.
 
 Input is either decision logs (JSON lines from monitor.decision_log) or runs replayed through
 the monitor. For each agent and each item (`stop:<reason>`, `warn:<reason>`, `flag:<name>`, and

@@ -13,10 +13,9 @@ from pydantic import Field
 from monitor.config import StrictModel
 
 MAX_TRANSCRIPT_BYTES = 64 * 1024 * 1024
-"""Default limit on a transcript's decompressed size (the largest run in the shared data is
-~10 MB; a 16 MB request body of text is 16 MB)."""
+"""Default limit on a transcript's decompressed size (well above real runs: docs/SPEED.md)."""
 MAX_STEPS = 5000
-"""Default limit on the steps of one scored run (a 20,000-step body took 65 s to score)."""
+"""Default limit on the steps of one scored run (scoring time grows with it: docs/SPEED.md)."""
 
 
 class ServiceConfig(StrictModel):

@@ -47,17 +47,9 @@ def _ort_session(path: Path, threads: int | None) -> Any:
     if threads:
         opts.intra_op_num_threads = int(threads)
     opts.inter_op_num_threads = 1
-    # No busy-waiting between ops: on a shared CPU, and with many sessions calling at once,
-    # spinning threads only steal cores (measured: an incremental step 226 -> 128 ms here).
+    # No busy-waiting between ops: with many sessions calling at once spinning threads only
+    # steal cores; arenas stay at onnxruntime's defaults (both measured: docs/SPEED.md).
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # The arena settings stay at onnxruntime's defaults. Measured on the 12-layer int8 bundle
-    # (bench/bench_load.py --int8 --sessions 16 --steps 30, server peak RSS / p95 step): default
-    # 4.7 GB / 13-18 s; enable_cpu_mem_arena=False 6.9 GB / 39 s (glibc malloc fragments worse
-    # across request threads, and a 2,048-token call is 3x slower); enable_mem_pattern=False
-    # 4.7 GB; with chunked encoding (KVScoreSession._run) 2.2 GB / 9 s, and on top of that
-    # arena off 4.0 GB, mem pattern off 2.2 GB, per-run arena shrinkage 2.6 GB, a shared
-    # kSameAsRequested arena 2.9 GB. The peak came from concurrent whole-window encodes, not the
-    # arena.
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 

@@ -1,7 +1,7 @@
 """The live sessions of the HTTP service, with a quota per client and eviction of the idlest.
 
-Decision (issue 16, item 9): 1,024 sessions opened by one client in 2.8 s used to lock every
-other client out for the 30-minute idle TTL. Two rules now bound what one client can take:
+Why: without limits one client can open every session and lock the others out for the idle TTL.
+Two rules bound what one client can take:
 
 1. Quota per client: one client (the peer address, or the `X-Failfast-Client` header when the
    service is told to trust it behind a proxy) holds at most `max_per_client` open sessions;

@@ -1,15 +1,14 @@
-"""Issue 16, item 2: no regular expression applied to run text backtracks more than linearly.
+"""No regular expression applied to run text backtracks more than linearly.
 
 Every compiled pattern at module level in monitor/ and serving/ is collected (a new one is
 covered automatically) and run on 100 KB adversarial strings built from its own literals; each
 call must end within a generous bound (a linear pattern takes milliseconds; the quadratic ones
-took 6 s at 20 KB, the cubic ones hours). The rewritten patterns must also give the old answers,
-checked with hypothesis on random short strings. Times: bench/bench_regex.py.
+took 6 s at 20 KB, the cubic ones hours). What the patterns find is pinned by examples below.
+Times: bench/bench_regex.py.
 """
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -126,80 +125,68 @@ def test_readers_are_fast_on_unclosed_tags(tmp_path):
         sweagent.read(swe)
 
 
-# --- the rewritten patterns give the old answers ------------------------------------------------
+# --- what the patterns find ----------------------------------------------------------------------
 
-OLD_SHELL_TARGET = re.compile(
-    r"(?:>>?|\btee\s+(?:-a\s+)?)\s*([\w./-]+\.\w+)|\bsed\s+[^|;&]*?-i\S*\s+.*?([\w./-]+\.\w+)\s*$"
+
+@pytest.mark.parametrize(
+    ("command", "target"),
+    [
+        ("echo hi > out.txt", "out.txt"),
+        ("cat a >> logs/run.log", "logs/run.log"),
+        ("echo x | tee -a notes.md", "notes.md"),
+        ("tee file.json", "file.json"),
+        ("sed -i 's/a/b/' src/app.py", "src/app.py"),
+        ("sed -i.bak -e 's/x/y/' a.py b.py", "b.py"),  # sed's last file
+        ("ls -la", None),
+        ("python x.py", None),  # reading a file is no write
+        ("echo > ", None),
+    ],
 )
-SHELL_WORDS = ["sed", "sed ", " ", "\n", "\t", "-i", "-i.bak", "-a", "i", "|", ";", "&", "x.py",
-               "a", ".", "/", "-", "py", ">", ">>", "tee", "tee ", "e", "\xa0", "\x1c", "'"]  # fmt: skip
-
-
-def _text(words):
-    return st.lists(st.sampled_from(words), max_size=14).map("".join)
-
-
-@settings(max_examples=1500, deadline=None)
-@given(_text(SHELL_WORDS))
-def test_written_file_matches_the_old_regex(command):
+def test_written_file_names_the_file_a_command_writes(command, target):
     from monitor.shell import written_file
 
-    m = OLD_SHELL_TARGET.search(command)
-    assert written_file(command) == (m.group(1) or m.group(2) if m else None)
+    assert written_file(command) == target
 
 
-OLD_TASK_FILE = re.compile(
-    r"[\w./-]*\w\.(?:py|pyx|js|ts|tsx|jsx|c|h|cc|cpp|go|rs|java|rb|rst|txt|cfg|toml|ini|json|yaml|yml|html|css)\b"
-)
-OLD_PATH_PREFIX = re.compile(
-    r"^(?:/testbed/|/workspace/[^/]+/|/repo/|/app/|\./|/[\w.-]+__[\w.-]+/)"
-)
-OLD_SUMMARY = re.compile(
-    r"^(?:=+ .*\b(?:passed|failed|error|skipped)\b.*=+|Ran \d+ tests?.*|OK\b.*|FAILED \(.*)$",
-    re.MULTILINE,
-)
-OLD_TRAILING = re.compile(r" +\n")
-TEXT_WORDS = ["a", ".", "py", "pyx", "c", "h", "/", "-", "_", "__", " ", "\n", "=", "==",
-              "passed", "failed", "x", "é", "Ran 3 tests", "OK", "FAILED (", "/testbed/"]  # fmt: skip
-
-
-@settings(max_examples=1500, deadline=None)
-@given(_text(TEXT_WORDS))
-def test_rewritten_flag_patterns_match_the_old_ones(text):
+def test_flag_patterns_find_task_files_strip_prefixes_and_find_test_summaries():
     from monitor import flags, render
 
-    assert flags._TASK_FILE.findall(text) == OLD_TASK_FILE.findall(text)
-    assert flags._PATH_PREFIX.sub("", text) == OLD_PATH_PREFIX.sub("", text)
-    assert flags._SUMMARY.findall(text) == OLD_SUMMARY.findall(text)
-    assert render._TRAILING.sub("\n", text) == OLD_TRAILING.sub("\n", text)
+    task = "Fix /testbed/src/pkg/mod.py and tests/test_mod.py; see README.rst and ./setup.cfg, not foo.pyc"
+    assert flags._TASK_FILE.findall(task) == [
+        "/testbed/src/pkg/mod.py",
+        "tests/test_mod.py",
+        "README.rst",
+        "./setup.cfg",
+    ]
+    for path in ("/testbed/a.py", "/workspace/django__django-1/a.py", "./a.py", "/repo/a.py",
+                 "/app/a.py", "/astropy__astropy-12907/a.py"):  # fmt: skip
+        assert flags._PATH_PREFIX.sub("", path) == "a.py", path
+    assert flags._PATH_PREFIX.sub("", "src/e.py") == "src/e.py"
+    out = "collected 3\n===== 2 passed, 1 failed in 0.1s =====\nRan 3 tests in 0.01s\nOK\nFAILED (failures=1)\nno"
+    assert flags._SUMMARY.findall(out) == [
+        "===== 2 passed, 1 failed in 0.1s =====",
+        "Ran 3 tests in 0.01s",
+        "OK",
+        "FAILED (failures=1)",
+    ]
+    assert render._TRAILING.sub("\n", "a  \nb \n c\n") == "a\nb\n c\n"
 
 
-OLD_BASH = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
-OLD_PR = re.compile(
-    r"<pr_description>\s*(?:Consider the following PR description:\s*)?(.*?)\s*</pr_description>",
-    re.S,
-)
-TAG_WORDS = ["```bash", "```", "\n", " ", "x", "<pr_description>", "</pr_description>",
-             "Consider the following PR description:", "<issue>", "</issue>"]  # fmt: skip
-
-
-@settings(max_examples=1500, deadline=None)
-@given(_text(TAG_WORDS))
-def test_tag_cutting_matches_the_old_regexes(text):
+def test_tag_cutting_finds_bash_blocks_thoughts_and_the_issue():
     from monitor.formats import minisweagent
     from monitor.textio import between
 
-    assert minisweagent._bash_blocks(text) == OLD_BASH.findall(text)
-    thought = minisweagent._thought({"content": "THOUGHT: " + text})
-    old = OLD_BASH.split("THOUGHT: " + text, 1)[0] if "```" in text else "THOUGHT: " + text
-    assert thought == re.sub(r"^\s*THOUGHT:\s*", "", old).strip()
-    m = OLD_PR.search(text)
-    pr = between(text, "<pr_description>", "</pr_description>")
-    got = None if pr is None else pr.strip().removeprefix(minisweagent._PR_LEAD).strip()
-    assert got == (m.group(1) if m else None)
-    m = re.search(r"<issue>\s*(.*?)\s*</issue>", text, re.S)
-    issue = between(text, "<issue>", "</issue>")
-    assert (None if issue is None else issue.strip()) == (m.group(1) if m else None)
+    text = "THOUGHT: look first\n```bash\nls -la\n```\nthen\n```bash\ncat x.py\n```"
+    assert minisweagent._bash_blocks(text) == ["ls -la", "cat x.py"]
+    assert minisweagent._bash_blocks("```bash\nnever closed") == []
+    assert minisweagent._thought({"content": text}) == "look first"
+    pr = "<pr_description>\nConsider the following PR description:\n  Make x 3 \n</pr_description>"
+    cut = between(pr, "<pr_description>", "</pr_description>")
+    assert cut is not None
+    assert cut.strip().removeprefix(minisweagent._PR_LEAD).strip() == "Make x 3"
+    assert between("<issue> bug </issue>", "<issue>", "</issue>") == " bug "
+    assert between("<issue> never closed", "<issue>", "</issue>") is None
+    assert between("no tags", "<issue>", "</issue>") is None
 
 
 def test_bench_regex_runs(capsys, monkeypatch):
