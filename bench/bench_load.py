@@ -105,6 +105,8 @@ def metric(url: str, name: str) -> float:
 
 
 def main() -> None:
+    """Run the load test and print its figures (long: the flags, the server's start and the
+    printed rows are one script a reader follows in order)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", required=True)
     ap.add_argument("--int8", action="store_true")

@@ -163,7 +163,8 @@ class Feedback:
     def report(
         self, outcome: RunOutcome, resolved: bool, *, finished: bool | None = None
     ) -> dict[str, Any]:
-        """Take one run's verdict: count it in its group's watch when it is in the sample.
+        """Take one run's verdict: count it in its group's watch when it is in the sample (long:
+        the check, the count and the drift flag happen under one lock hold).
 
         Args:
             outcome: the run (its `verdict` is set here).

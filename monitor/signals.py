@@ -164,7 +164,10 @@ class SignalTracker:
         """1-based step numbers at which the context was compacted."""
 
     def update(self, step: Step) -> None:
-        """Fold one step into the signals."""
+        """Fold one step into the signals.
+
+        Long on purpose: one pass per step, returning early by step kind, and the signals share
+        the step's hashes (observation, call key); split up, those would become state."""
         v = self._v
         self.last_edit = self.last_test = False
         v["steps"] += 1

@@ -65,7 +65,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _step(item: dict[str, Any], index: int, thought: str) -> Step | None:
-    """One step from an item's latest state (None for items that are not steps)."""
+    """One step from an item's latest state (None for items that are not steps); long: one
+    branch per Codex item type, each small, in the order of the format's documentation."""
     kind = as_str(item.get("type"))
     status = as_str(item.get("status"))
     failed = status in ("failed", "declined")

@@ -144,6 +144,8 @@ def _is_error(observation: str, extra: dict[str, Any]) -> bool:
 
 
 def _parse(path: Path, data: Any) -> Trajectory:
+    """The Trajectory of a parsed .traj file (long: steps, task, submission, tokens and cost come
+    from different parts of the file, each read once here in the order the format nests them)."""
     if not isinstance(data, dict) or not isinstance(data.get("trajectory"), list):
         raise TranscriptError(path, "not a SWE-agent trajectory (no `trajectory` list)")
     entries = [t for t in data["trajectory"] if isinstance(t, dict)]

@@ -68,6 +68,9 @@ def monitored(agent_cls: type) -> type:
     `agent_name` (the agent family for thresholds, default "mini-swe-agent"), `source` (the
     threshold group when the bundle's thresholds are keyed by source) and `diff_command`
     (run in the environment to capture the current diff on a stop; "" to skip).
+
+    Long: the subclass is built here, closing over the mini-swe-agent imports, which load only
+    when the hook is used.
     """
     from minisweagent.exceptions import InterruptAgentFlow
 

@@ -16,7 +16,8 @@ from training.cli.serving import _pin_arg, _problem
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add `calibrate` to the `failfast` parser."""
+    """Add `calibrate` to the `failfast` parser (long: one flat list of its flags and their help,
+    read top to bottom like --help)."""
     from training.config import ThresholdConfig
 
     fields = ThresholdConfig.model_fields
