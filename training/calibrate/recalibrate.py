@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,11 +25,14 @@ from training.calibrate.thresholds import ThresholdPicker, calibration_summary
 from training.config import ThresholdConfig
 from training.data.records import RunRecord, records_from_runs
 
+if TYPE_CHECKING:
+    from serving.scorer import Scorer
+
 log = logging.getLogger(__name__)
 
 
 def score_runs(
-    scorer: Any, runs: Sequence[Trajectory], *, progress: bool = True
+    scorer: Scorer, runs: Sequence[Trajectory], *, progress: bool = True
 ) -> list[RunRecord]:
     """RunRecords (scorer "monitor") of labelled runs scored with the bundle's whole-run graph.
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from training.cli.serving import _pin_arg, _problem
+
+if TYPE_CHECKING:
+    from serving.scorer import Scorer
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -149,7 +152,7 @@ def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
     return ThresholdConfig.model_validate(base | cfg.model_dump(exclude_unset=True))
 
 
-def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str, Any]]:
+def _records(args: argparse.Namespace, scorer: Scorer) -> tuple[list[Any], dict[str, Any]]:
     """The calibration records of --data (runs scored now, decision logs as logged)."""
     from training.calibrate.recalibrate import score_runs
     from training.data.decisions import is_decision_log, runs_from_logs
@@ -198,7 +201,7 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
     return records, data
 
 
-def _check_graphs(starts: list[dict[str, Any]], scorer: Any) -> None:
+def _check_graphs(starts: list[dict[str, Any]], scorer: Scorer) -> None:
     """A log scored by other graphs than the bundle's cannot calibrate it."""
     ours = scorer.bundle.graph_hashes
     for s in starts:
@@ -210,7 +213,9 @@ def _check_graphs(starts: list[dict[str, Any]], scorer: Any) -> None:
             )
 
 
-def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], data: dict) -> int:
+def _write(
+    args: argparse.Namespace, scorer: Scorer, cfg: Any, records: list[Any], data: dict
+) -> int:
     from monitor.errors import BundleError
     from monitor.policy import PolicyConfig
     from monitor.thresholds import target_key

@@ -21,12 +21,25 @@ def _register_halts(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="apply the transcript-analyser rule to one transcript")
     p.add_argument("transcript", help="transcript file or run directory (any supported format)")
     p.add_argument("--format", default=None, help="reader name (default: detect)")
-    p.add_argument("--max-turns", type=int, default=40, help="stop at this many turns")
-    p.add_argument("--max-repeats", type=int, default=3, help="stop at this many identical calls")
+    from monitor.halts import TranscriptRule
+
+    rule = TranscriptRule()  # the flags' defaults are the rule's own
+    p.add_argument("--max-turns", type=int, default=rule.max_turns, help="stop at this many turns")
     p.add_argument(
-        "--max-error-streak", type=int, default=4, help="stop at this many errors in a row"
+        "--max-repeats",
+        type=int,
+        default=rule.max_repeats,
+        help="stop at this many identical calls",
     )
-    p.add_argument("--max-cost", type=float, default=5.0, help="stop at this many dollars")
+    p.add_argument(
+        "--max-error-streak",
+        type=int,
+        default=rule.max_error_streak,
+        help="stop at this many errors in a row",
+    )
+    p.add_argument(
+        "--max-cost", type=float, default=rule.max_cost_usd, help="stop at this many dollars"
+    )
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("fit-budget", help="fit Budget caps as the p95 of resolved runs")

@@ -52,10 +52,15 @@ def rule_baselines(
             f"rule baselines: no transcript for {len(missing)} runs; counted as not stopped"
         )
     sig = {r.run_id: signals[r.run_id] for r in records if r.run_id in signals}
+    tr = TranscriptRule()
+    said = (
+        f"{tr.max_turns} turns, {tr.max_repeats} identical calls, "
+        f"{tr.max_error_streak} consecutive errors, ${tr.max_cost_usd:g}"
+    )
     out: dict[str, tuple[Stops, dict[str, Any]]] = {
         "transcript_analyser": (
-            br.rule_stops(sig, lambda s: br.rule_fired(s, TranscriptRule()), schedule=schedule),
-            {"knob": None, "rule": "40 turns, 3 identical calls, 4 consecutive errors, $5"},
+            br.rule_stops(sig, lambda s: br.rule_fired(s, tr), schedule=schedule),
+            {"knob": None, "rule": said},
         ),
         "stuck_patterns": (
             br.rule_stops(sig, lambda s: br.rule_fired(s, StuckLimits()), schedule=schedule),
