@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from monitor.signals import SignalTracker
 from monitor.types import Step
-
-if TYPE_CHECKING:
-    from serving.scorer import Scorer  # it imports this module
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray:
@@ -35,9 +32,8 @@ class KVScoreSession:
         tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
     """
 
-    def __init__(
-        self, scorer: Scorer, task: str, agent: str | None = None, source: str = ""
-    ) -> None:
+    def __init__(self, scorer: Any, task: str, agent: str | None = None, source: str = "") -> None:
+        # scorer: the serving.scorer.Scorer that opened the session (not imported: it imports this)
         self._scorer = scorer
         self._render = scorer.featuriser.session(task, agent or "")
         self._tracker = SignalTracker()
