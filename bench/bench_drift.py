@@ -59,6 +59,7 @@ class ReplayScorer(ScriptedScorer):
             thresholds=SimpleNamespace(groups={AGENT: None}, group_by="agent"),
             path=Path("replay"),
             sha256="",
+            graph_hashes={},
             calibration={"by": "bench_drift", "note": "threshold set wrong on purpose"},
         )
 

@@ -47,7 +47,9 @@ class VerdictFor(VerdictIn):
 def service_monitor(scorer: Scorer, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
     """The Monitor of the service: its decision log (`decision_log` file, line-buffered) and
     its feedback at the scorer's target over the bundle's threshold groups."""
-    dlog = DecisionLog.append_to(cfg.decision_log, start_record(scorer))
+    dlog = DecisionLog.append_to(
+        cfg.decision_log, start_record(scorer) if cfg.decision_log else None
+    )
     feedback = Feedback.for_scorer(
         scorer, alpha=cfg.drift_alpha, sample=cfg.watch_runs, keep=cfg.recent_runs, log=dlog
     )

@@ -111,7 +111,7 @@ def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_m
     cfg = tiny_config(
         tiny_model_dir,
         tmp_path,
-        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3},
+        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3, "group_by": "agent"},
         train={"bundle": True, "baselines": False},
     )
     run_pipeline(cfg, runs, tmp_path / "out")
@@ -130,7 +130,7 @@ def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_m
             "runs": len(rs),
             "resolved": sum(bool(r.resolved) for r in rs),
         }
-        assert th["per_agent"][agent]["n_resolved"] == cal["per_agent"][agent]["resolved"]
+        assert th["groups"][agent]["n_resolved"] == cal["per_agent"][agent]["resolved"]
 
 
 def test_val_train_oof_with_a_fine_tuned_head_fails_before_training(tiny_model_dir, tmp_path):

@@ -291,7 +291,7 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
     from monitor.session import Monitor
     from serving.bundle import start_record
 
-    log = DecisionLog.append_to(decision_log, start_record(scorer))
+    log = DecisionLog.append_to(decision_log, start_record(scorer) if decision_log else None)
     return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=log)
 
 
