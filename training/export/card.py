@@ -49,7 +49,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "## Thresholds",
         f"- mode: {th.get('mode', 'none')}, confidence {th.get('confidence', '-')}, schedule {th.get('schedule', '-')}",
         f"- served target (run-level FPR): {manifest['target']}; thresholds per "
-        f"{th.get('group_by', 'agent')} ({', '.join(sorted(th.get('per_agent') or {})) or 'none'}:",
+        f"{th.get('group_by', 'agent')} ({', '.join(sorted(th.get('groups') or {})) or 'none'}:",
         "  pass that name as the session's `agent`) with a pooled fallback (warning) for one never",
         "  calibrated; a refused target means no stop by score.",
         "",
