@@ -64,7 +64,15 @@ def _load_runs(paths: list[str]) -> list:
             pass
         else:
             if is_corpus(paths[0]):
-                return list(load_corpus(paths[0]))
+                from monitor.errors import TranscriptError
+
+                try:
+                    return list(load_corpus(paths[0]))
+                except TranscriptError as e:  # a damaged corpus is a problem (2), not a traceback
+                    import sys
+
+                    print(f"error: {e}", file=sys.stderr)
+                    raise SystemExit(2) from e
     import sys
 
     problems: list = []

@@ -59,8 +59,10 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-max-runs", type=int, default=80, help="validation runs to score (cap)")
 
     def handler(args: argparse.Namespace) -> int:
+        import sys
         from pathlib import Path
 
+        from monitor.errors import BundleError
         from training.config import ExportConfig
         from training.export.bundle import write_bundle
         from training.export.quant import quant_auroc_change
@@ -68,7 +70,11 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         train_dir = Path(args.train_dir) if args.train_dir else None
         model = Path(args.model) if args.model else Path(args.train_dir) / "model"
         cfg = ExportConfig(int8=args.int8, int8_scheme=args.int8_scheme, target=args.target_fpr)
-        report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
+        try:
+            report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
+        except (BundleError, OSError) as e:  # a refused or unreadable folder: exit 2, no traceback
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"model.onnx: max |onnxruntime - torch| = {report.full_max_abs_diff:.3g} (fp32)")
         print(f"model_kv.onnx: max |onnxruntime - torch| = {report.kv_max_abs_diff:.3g} (fp32)")
         if report.int8_max_abs_diff is not None:

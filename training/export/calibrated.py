@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
 from monitor.thresholds import ThresholdTable
 
@@ -29,16 +30,25 @@ def write_calibrated_bundle(
     Raises:
         BundleError: `out` is the source bundle, or not empty and not a bundle.
     """
-    from serving.bundle import MANIFEST, load_bundle, write_manifest
+    from serving.bundle import MANIFEST
 
     src, dst = Path(bundle.path), Path(out)
     if dst.resolve() == src.resolve():
         raise BundleError(f"{dst}: --out must not be the bundle being recalibrated")
-    if dst.exists() and any(dst.iterdir()):
-        if not (dst / MANIFEST).is_file():
-            raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
+        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+    # Built beside `out` and renamed into place whole: a kill leaves the previous bundle as it was.
+    with atomic_dir(dst) as tmp:
+        _copy(bundle, src, tmp, table, record, target)
+    log.info("recalibrated bundle written to %s", dst)
+    return dst
+
+
+def _copy(
+    bundle: Any, src: Path, dst: Path, table: ThresholdTable, record: dict[str, Any], target: float
+) -> None:
+    from serving.bundle import load_bundle, write_manifest
+
     for name in bundle.manifest.get("files") or {}:
         (dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / name, dst / name)
@@ -51,9 +61,7 @@ def write_calibrated_bundle(
     if card.is_file():
         card.write_text(card.read_text() + _card_section(record))
     write_manifest(dst, manifest)
-    load_bundle(dst)
-    log.info("recalibrated bundle written to %s", dst)
-    return dst
+    load_bundle(dst)  # the hashes hold before the copy replaces anything
 
 
 def _card_section(record: dict[str, Any]) -> str:
