@@ -30,6 +30,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
+from monitor.escape import prom_label
 from monitor.thresholds import group_name
 
 log = logging.getLogger("failfast.drift")
@@ -314,7 +315,7 @@ class Feedback:
             for g, row in rows.items():
                 v = row[i]
                 lines.append(
-                    f'{name}{{agent="{g}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
+                    f'{name}{{agent="{prom_label(g)}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
                 )
         lines += [
             "# HELP failfast_verdicts_total Verdicts received by group and outcome "
@@ -324,5 +325,7 @@ class Feedback:
         for g in self.groups:
             for label in ("resolved", "unresolved", "not_counted"):
                 n = verdicts.get((g, label), 0)
-                lines.append(f'failfast_verdicts_total{{agent="{g}",outcome="{label}"}} {n}')
+                lines.append(
+                    f'failfast_verdicts_total{{agent="{prom_label(g)}",outcome="{label}"}} {n}'
+                )
         return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import Any, get_args
 
 from training.cli.serving import _pin_arg, _problem
@@ -182,6 +183,10 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
         records += scored
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
+        for prob in got.problems[:20]:  # each bad line is skipped, never fatal
+            print(f"problem: {prob}", file=sys.stderr)
+        if len(got.problems) > 20:
+            print(f"problem: ... {len(got.problems) - 20} more", file=sys.stderr)
         _check_graphs(got.starts, scorer)
         if args.agent:  # else each logged run keeps its logged agent and source
             for rec in got.records:
