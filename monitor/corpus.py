@@ -32,6 +32,7 @@ from typing import Any
 
 from monitor.atomic import atomic_dir
 from monitor.errors import TranscriptError
+from monitor.escape import visible
 from monitor.reading import Problem, Scan, read_runs
 from monitor.types import Step, Trajectory
 
@@ -120,8 +121,8 @@ class Summary:
             d = s.to_dict()
             rows.append(
                 (
-                    name,
-                    d["agent"],
+                    visible(name),
+                    visible(d["agent"]),
                     *(
                         str(d[k])
                         for k in ("runs", "instances", "resolved", "unresolved", "unknown")
@@ -136,8 +137,9 @@ class Summary:
             rows.append(("(no source)", "", "", "", "", "", "", "", "", str(other)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        lines += [f"problem: {p.path}: {p.reason}" for p in self.problems]
-        lines += [f"warning: {w}" for w in self.warnings]
+        # names from the data are shown with control characters visible: one line each, always
+        lines += [f"problem: {visible(p.path)}: {visible(p.reason)}" for p in self.problems]
+        lines += [f"warning: {visible(w)}" for w in self.warnings]
         return "\n".join(lines)
 
 

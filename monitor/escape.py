@@ -4,10 +4,12 @@ threshold groups, folder and file names) wherever they are shown.
 - `prom_label`: a Prometheus label value per the text exposition format (backslash, double
   quote and line feed escaped), so a name can never end its series or start another line.
 - `visible`: terminal and log text with every control character (C0, DEL, C1; line breaks and
-  escape codes included) shown as `\\xNN` / `\\uNNNN`, and a backslash doubled, so a name cannot
-  forge a line, clear the screen or move the cursor. Printable text is unchanged.
-- `md`: `visible`, then the characters markdown reads as syntax escaped with a backslash, so a
-  name in a report cannot add a line, a heading or a table cell.
+  escape codes included) shown as `\\xNN` / `\\uNNNN`, so a name cannot forge a line, clear the
+  screen or move the cursor. Printable text is unchanged (a backslash too: task text and
+  commands stay readable; a literal "\\x1b" can look like an escaped one, never act as one).
+- `md`: `visible`, then `|` and a backtick escaped and `<` `>` as entities, so a name in a
+  markdown report stays on its line and in its table cell and cannot open HTML or a code span
+  (other markdown punctuation is left: "mini-swe-agent" reads as it is).
 - `check_name`: the rule names from API clients must follow (length, no control characters):
   the reason a name is refused, or None.
 """
@@ -21,7 +23,7 @@ MAX_NAME = 200
 """Longest agent, source or run name a client may give (the service answers 422 beyond)."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_MD = re.compile(r"([\\`*_{}\[\]<>()#+\-!|~])")
+_MD = {"|": "\\|", "`": "\\`", "<": "&lt;", ">": "&gt;"}
 
 
 def _show(m: re.Match[str]) -> str:
@@ -32,14 +34,13 @@ def _show(m: re.Match[str]) -> str:
 def visible(text: object) -> str:
     """`text` with control characters (and bidi overrides) made visible; one line always."""
     s = str(text)
-    if not _CONTROL.search(s) and "\\" not in s:
-        return s
-    return _CONTROL.sub(_show, s.replace("\\", "\\\\"))
+    return _CONTROL.sub(_show, s) if _CONTROL.search(s) else s
 
 
 def md(text: object) -> str:
     """`text` safe inside a markdown line or table cell."""
-    return _MD.sub(r"\\\1", visible(text))
+    s = visible(text)
+    return "".join(_MD.get(c, c) for c in s) if any(c in s for c in _MD) else s
 
 
 def prom_label(value: object) -> str:

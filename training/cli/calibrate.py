@@ -13,6 +13,7 @@ import shlex
 import sys
 from typing import Any, get_args
 
+from monitor.escape import visible
 from training.cli.serving import _pin_arg, _problem
 
 
@@ -184,7 +185,7 @@ def _records(args: argparse.Namespace, scorer: Any) -> tuple[list[Any], dict[str
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
         for prob in got.problems[:20]:  # each bad line is skipped, never fatal
-            print(f"problem: {prob}", file=sys.stderr)
+            print(f"problem: {visible(prob)}", file=sys.stderr)
         if len(got.problems) > 20:
             print(f"problem: ... {len(got.problems) - 20} more", file=sys.stderr)
         _check_graphs(got.starts, scorer)
@@ -241,13 +242,13 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
             cells.append(
                 f"{t:g}: {st.threshold:.4f}" if st.threshold is not None else f"{t:g}: refused"
             )
-        print(f"  {g}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
+        print(f"  {visible(g)}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
     for g, why in result.kept.items():
-        print(f"  {g}: {why}")
+        print(f"  {visible(g)}: {visible(why)}")
     print(f"  pooled: {result.pooled}")
     refused = refusals(table, list(result.groups), served)
     for g, why in refused.items():
-        print(f"refused at the served target {served:g} for {g}: {why}")
+        print(f"refused at the served target {served:g} for {visible(g)}: {visible(why)}")
     if result.groups and all(g in refused for g in result.groups):
         if "pooled" in refused or result.pooled != "recalibrated":
             why = (

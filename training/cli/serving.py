@@ -11,6 +11,7 @@ import logging
 import sys
 
 from monitor.errors import BundleError
+from monitor.escape import visible
 
 
 def _scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -161,7 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _problem(e: BaseException) -> int:
     """Exit code 2 (a monitor problem, never 1: 1 means "stop the run"), with the reason."""
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {visible(e)}", file=sys.stderr)
     return 2
 
 
@@ -186,16 +187,17 @@ def _score(args: argparse.Namespace) -> int:
         print(json.dumps(out, default=str))
     else:
         thr = "none (warn only)" if result.threshold is None else f"{result.threshold:.3f}"
-        print(
-            f"run={traj.id} agent={traj.agent} steps={len(traj.steps)} threshold={thr} ({result.threshold_source})"
+        print(  # names from the transcript: control characters shown, never sent raw
+            f"run={visible(traj.id)} agent={visible(traj.agent)} steps={len(traj.steps)} "
+            f"threshold={thr} ({visible(result.threshold_source)})"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
-            print(f"  k={k:4d} score={s:.3f} {d.action:8s} {d.reason}")
+            print(f"  k={k:4d} score={s:.3f} {d.action:8s} {visible(d.reason)}")
         final = result.final
         if final.stop:
-            print(f"STOP at step {final.step}: {final.reason}")
+            print(f"STOP at step {final.step}: {visible(final.reason)}")
         else:
-            print(f"CONTINUE: {final.action} ({final.reason})")
+            print(f"CONTINUE: {final.action} ({visible(final.reason)})")
     return 1 if result.stop is not None else 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
+from monitor.escape import md
 from monitor.thresholds import ThresholdTable
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def _card_section(record: dict[str, Any]) -> str:
         "",
     ]
     for g, c in record["groups"].items():
-        lines.append(f"- {g}: {c['runs']} runs, {c['resolved']} resolved")
+        lines.append(f"- {md(g)}: {c['runs']} runs, {c['resolved']} resolved")
     for g, why in record["kept"].items():
-        lines.append(f"- {g}: {why}")
+        lines.append(f"- {md(g)}: {md(why)}")
     lines.append(f"- pooled: {record['pooled']}")
     return "\n".join(lines) + "\n"

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.escape import md
+
 
 def _fmt_metrics(metrics: dict[str, Any]) -> list[str]:
     lines = []
     for key, val in sorted(metrics.items()):
         if isinstance(val, dict):
             inner = ", ".join(
-                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                f"{md(k)}={v:.3f}" if isinstance(v, float) else f"{md(k)}={md(v)}"
                 for k, v in val.items()
                 if not isinstance(v, dict)
             )
+            key = md(key)
             lines.append(f"- {key}: {inner}" if inner else f"- {key}: (nested, see monitor.json)")
         else:
-            lines.append(f"- {key}: {val}")
+            lines.append(f"- {md(key)}: {md(val)}")
     return lines
 
 
@@ -49,7 +52,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "## Thresholds",
         f"- mode: {th.get('mode', 'none')}, confidence {th.get('confidence', '-')}, schedule {th.get('schedule', '-')}",
         f"- served target (run-level FPR): {manifest['target']}; thresholds per "
-        f"{th.get('group_by', 'agent')} ({', '.join(sorted(th.get('per_agent') or {})) or 'none'}:",
+        f"{th.get('group_by', 'agent')} ({', '.join(md(g) for g in sorted(th.get('per_agent') or {})) or 'none'}:",
         "  pass that name as the session's `agent`) with a pooled fallback (warning) for one never",
         "  calibrated; a refused target means no stop by score.",
         "",
