@@ -291,12 +291,10 @@ def create_app(
     @app.delete("/v1/sessions/{sid}", status_code=204)
     def close(sid: str) -> Response:
         """Close a session (its cache is freed; its end record is logged)."""
-        live = table.pop(sid)
-        if live is None:
+        if table.close(sid) is None:  # closes it (end record) while a racing verdict finds it
             return error(
                 404, f"unknown session {sid!r} (never opened, deleted, expired or evicted)"
             )
-        close_session(sid, live)
         return Response(status_code=204)
 
     @app.get("/healthz")
@@ -340,6 +338,7 @@ def create_app(
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     install(app, scorer=scorer, table=table, feedback=monitor.feedback)
+    app.state.sessions = table  # closed at shutdown by serving.server (their end records)
     app.add_middleware(
         Guard,
         max_body_bytes=cfg.max_body_bytes,

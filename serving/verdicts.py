@@ -6,7 +6,8 @@
                                      interval, drift, flagged_at; the bundle's calibration
 
 A verdict may arrive while the session is open or after it closed (DELETE, expiry, eviction): the
-last `recent_runs` closed sessions are remembered (monitor.feedback). Answers: 404 for a session or
+last `recent_runs` closed sessions are remembered (monitor.feedback); one racing its DELETE is
+taken by the session, before or after its end (never a 404). Answers: 404 for a session or
 run neither open nor remembered, 409 for a second verdict of one run, 422 for a bad body. Which
 verdicts count, and why a harness that obeys stops needs shadow runs: monitor/feedback.py.
 """
@@ -107,7 +108,7 @@ def install(app: FastAPI, *, scorer: Any, table: SessionTable, feedback: Feedbac
     @app.post("/v1/sessions/{sid}/verdict")
     def session_verdict(sid: str, body: VerdictIn) -> Any:
         """Report a finished run's verdict by its session id (open or recently closed)."""
-        return take(table.get(sid), sid, None, body)
+        return take(table.get(sid) or table.closing(sid), sid, None, body)
 
     @app.post("/v1/verdicts")
     def verdicts(body: VerdictFor) -> Any:
@@ -115,7 +116,8 @@ def install(app: FastAPI, *, scorer: Any, table: SessionTable, feedback: Feedbac
         if (body.session_id is None) == (body.run_id is None):
             return error(422, "give exactly one of `session_id` or `run_id`")
         if body.session_id is not None:
-            return take(table.get(body.session_id), body.session_id, None, body)
+            sid = body.session_id
+            return take(table.get(sid) or table.closing(sid), sid, None, body)
         assert body.run_id is not None
         found = table.find_run(body.run_id)
         return take(found[1] if found else None, None, body.run_id, body)

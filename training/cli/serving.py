@@ -202,11 +202,9 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from serving.app import create_app
-    from serving.guard import header_timeout_protocol
     from serving.limits import from_flags
+    from serving.server import serve
 
     try:
         cfg = from_flags(args)
@@ -214,14 +212,7 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(scorer, cfg)
     except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
         return _problem(e)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        http=header_timeout_protocol(cfg.header_timeout_seconds),
-        limit_concurrency=cfg.max_connections,
-    )
+    serve(app, cfg, host=args.host, port=args.port)  # SIGTERM: ends within its deadline
     return 0
 
 
