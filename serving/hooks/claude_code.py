@@ -46,12 +46,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import TranscriptError
+from monitor.errors import Cancelled, TranscriptError
 from monitor.textio import json_safe
 from monitor.types import Decision, Flag, RestartPacket, Trajectory
 from serving.hooks.minisweagent import write_restart
@@ -119,15 +120,18 @@ def decide(
     policy: Any = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    deadline: float | None = None,
 ) -> Decision:
     """Score the event's transcript and replay the policy; the first stop, else the last decision.
 
     `scorer` None: the model-free halts only, under `policy` (a PolicyConfig; None: defaults).
+    `deadline`: a time.monotonic() past which scoring stops (monitor.errors.Cancelled).
     """
     from serving.runs import score_transcript
 
     traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
-    return score_transcript(scorer, traj, policy=policy).final
+    cancelled = None if deadline is None else (lambda: time.monotonic() > deadline)
+    return score_transcript(scorer, traj, policy=policy, cancelled=cancelled).final
 
 
 class ServiceError(RuntimeError):
@@ -231,6 +235,7 @@ def run_hook(
     policy: Any = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
@@ -242,17 +247,28 @@ def run_hook(
         timeout: overall deadline (seconds) of the call to the service.
         policy: the PolicyConfig for the model-free halts when `scorer` is None.
         max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
+        deadline: time.monotonic() by which a `scorer` must have decided (`--timeout` with
+            `--bundle`); past it: monitor_error, no output.
     """
     limits = {"max_bytes": max_bytes, "max_steps": max_steps}
     try:
-        if not event.get("transcript_path"):
+        path = event.get("transcript_path")
+        if not path:
             raise ValueError("hook event has no transcript_path")
+        if not isinstance(path, str):
+            raise ValueError(f"hook event's transcript_path is {type(path).__name__}, not a path")
         if url:
             decision = decide_remote(event, url, timeout=timeout, **limits)
         else:
-            found = decide(event, scorer, policy=policy, **limits)
+            found = decide(event, scorer, policy=policy, deadline=deadline, **limits)
             decision = decision_from_dict(json_safe(found.to_dict()))
-    except (ServiceError, TranscriptError) as e:
+    except Cancelled:
+        log.error(
+            "failfast hook: monitor_error: no decision within the deadline (--timeout); "
+            "letting the session continue"
+        )
+        return {}
+    except (ServiceError, TranscriptError, ValueError) as e:
         log.error("failfast hook: monitor_error: %s; letting the session continue", e)
         return {}
     except Exception as e:

@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 
 from monitor.errors import BundleError
 from monitor.escape import visible
@@ -116,8 +117,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=5.0,
-        help="seconds the whole call to the service may take (--url)",
+        default=None,
+        help="seconds the whole hook may take, reading the event included; past it the hook "
+        "says nothing and the session goes on (default: 5 with --url, 30 with --bundle)",
     )
     _limit_args(p)
     p.set_defaults(func=_hook)
@@ -220,11 +222,14 @@ def _hook(args: argparse.Namespace) -> int:
     """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout."""
     from monitor.policy import PolicyConfig
     from serving.bundle import read_policy
-    from serving.hooks.claude_code import read_event, run_hook
+    from serving.hooks.claude_code import run_hook
+    from serving.hooks.stdin import STDIN_SECONDS, read_event_within
 
     log = logging.getLogger("failfast.hook")
-    try:
-        event = read_event(sys.stdin.read())
+    t0 = time.monotonic()
+    timeout = args.timeout if args.timeout is not None else (5.0 if args.url else 30.0)
+    try:  # stdin left open after the event must not hold the hook
+        event = read_event_within(sys.stdin.buffer, min(timeout, STDIN_SECONDS))
     except Exception as e:  # a broken monitor never blocks the session: exit 0, say why
         log.error("failfast hook: monitor_error: %s", e)
         return 0
@@ -239,7 +244,8 @@ def _hook(args: argparse.Namespace) -> int:
         event,
         scorer,
         url=args.url,
-        timeout=args.timeout,
+        timeout=max(0.1, t0 + timeout - time.monotonic()),
+        deadline=t0 + timeout,
         policy=policy,
         max_bytes=args.max_bytes,
         max_steps=args.max_steps,
