@@ -118,13 +118,13 @@ def test_an_incomplete_event_on_an_open_stdin_gives_up_after_the_wait():
     finally:
         os.close(r)
         os.close(w)
-    with pytest.raises(ValueError, match="no hook event on stdin within"):
-        r, w = os.pipe()
-        try:
-            with open(r, "rb", buffering=0, closefd=False) as stream:
+    r, w = os.pipe()
+    try:
+        with open(r, "rb", buffering=0, closefd=False) as stream:
+            with pytest.raises(ValueError, match="no hook event on stdin within"):
                 read_event_within(stream, 0.3)
-        finally:
-            os.close(r)
-            os.close(w)
+    finally:
+        os.close(r)
+        os.close(w)
     with pytest.raises(ValueError, match="over 10 bytes"):
         read_event_within(io.BytesIO(b'{"a": "' + b"x" * 50 + b'"}'), 1, max_bytes=10)
