@@ -60,9 +60,14 @@ def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
     with atomic_dir(out) as tmp:
         (tmp / "a.txt").write_text("one")
     assert (out / "a.txt").read_text() == "one"
-    with pytest.raises(RuntimeError), atomic_dir(out) as tmp:
-        (tmp / "a.txt").write_text("two, half")
-        raise RuntimeError("died mid-write")
+
+    def dies_mid_write() -> None:
+        with atomic_dir(out) as tmp:
+            (tmp / "a.txt").write_text("two, half")
+            raise RuntimeError("died mid-write")
+
+    with pytest.raises(RuntimeError):
+        dies_mid_write()
     assert (out / "a.txt").read_text() == "one"
     assert siblings(out) == []
     with atomic_dir(out) as tmp:
