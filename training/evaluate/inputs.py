@@ -217,8 +217,10 @@ def write_report(
     if json_path is not None:
         out = Path(json_path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1, default=float) + "\n")
-        out.with_suffix(".md").write_text(table)
+        from monitor.atomic import atomic_write_text  # each file whole or not at all
+
+        atomic_write_text(out, json.dumps(result, indent=1, default=float) + "\n")
+        atomic_write_text(out.with_suffix(".md"), table)
     if plots_dir is not None:
         from training.evaluate.plots import write_plots
 
