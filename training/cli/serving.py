@@ -244,7 +244,7 @@ def _hook(args: argparse.Namespace) -> int:
         event,
         scorer,
         url=args.url,
-        timeout=max(0.1, t0 + timeout - time.monotonic()),
+        timeout=max(0.1, round(t0 + timeout - time.monotonic(), 1)),  # what is left of it
         deadline=t0 + timeout,
         policy=policy,
         max_bytes=args.max_bytes,

@@ -165,20 +165,20 @@ def runs_from_logs(
     verdict_of: dict[str, dict[str, Any]] = {}
     for v in given:  # later verdicts (files come after logs) win
         sid = str(v["session"])
-        key = sid if sid and sid in ends else by_run.get(str(v["run"]))
-        if key is None:
+        target = sid if sid and sid in ends else by_run.get(str(v["run"]))
+        if target is None:
             out.skipped["verdict for no logged run"] += 1
             continue
-        verdict_of[key] = v
+        verdict_of[target] = v
     for key, end in ends.items():
         if shadow_only and not end.shadow:
             out.skipped["not a shadow run"] += 1
             continue
-        found = verdict_of.get(key)
-        if found is None:
+        verdict = verdict_of.get(key)
+        if verdict is None:
             out.skipped["no verdict"] += 1
             continue
-        record, why = _record(key, end, found)
+        record, why = _record(key, end, verdict)
         if record is None:
             out.skipped[why] += 1
         else:
