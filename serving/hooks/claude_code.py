@@ -80,13 +80,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
     )
     if decision.stop:
         summary = decision.restart.summary if decision.restart else ""
-        reason = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}. {summary}".strip()
-        out: dict[str, Any] = {"continue": False, "stopReason": reason, "systemMessage": reason}
+        summary = summary.removeprefix(  # the headline already says it
+            f"Stopped after {decision.step} steps ({decision.reason})."
+        ).strip()
+        head = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}."
+        # Claude Code shows stopReason to the user; a systemMessage would show it a second time,
+        # and the denied tool call's reason (read by the model) only needs the headline.
+        out: dict[str, Any] = {"continue": False, "stopReason": f"{head} {summary}".strip()}
         if name == "PreToolUse":
             out["hookSpecificOutput"] = {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
-                "permissionDecisionReason": reason,
+                "permissionDecisionReason": head,
             }
         return out
     if decision.action == "warn":
@@ -97,9 +102,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
 
 
 def read_run(
-    event: dict[str, Any], *, max_bytes: int = MAX_TRANSCRIPT_BYTES, max_steps: int = MAX_STEPS
+    event: dict[str, Any],
+    *,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Trajectory:
-    """The event's transcript (a regular file within the limits); TranscriptError otherwise."""
+    """The event's transcript (a regular file within the limits); TranscriptError otherwise.
+
+    `agent` (default "claude-code") is the name the model reads in its header; `source` the
+    threshold group of a source-keyed bundle (default: the transcript's folder name, which no
+    bundle is calibrated for: pass the name given to `failfast calibrate --agent`)."""
     from monitor.errors import TranscriptTooLarge
     from serving.transcripts import read_transcript
 
@@ -108,7 +122,9 @@ def read_run(
         raise TranscriptTooLarge(
             traj.path, f"{len(traj.steps)} steps, over the limit of {max_steps} (--max-steps)"
         )
-    traj.agent = traj.agent or AGENT
+    traj.agent = agent or traj.agent or AGENT
+    if source:
+        traj.source = source
     return traj
 
 
@@ -119,6 +135,8 @@ def decide(
     policy: Any = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Score the event's transcript and replay the policy; the first stop, else the last decision.
 
@@ -126,7 +144,7 @@ def decide(
     """
     from serving.runs import score_transcript
 
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
     return score_transcript(scorer, traj, policy=policy).final
 
 
@@ -141,6 +159,8 @@ def decide_remote(
     timeout: float = 5.0,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
 
@@ -149,13 +169,15 @@ def decide_remote(
             (one deadline for connect, send and the whole answer), answers with an error
             status, or its answer has no usable decision.
     """
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
     body = {
         "steps": [s.to_dict() for s in traj.steps],
         "task": traj.task,
         "agent": traj.agent or AGENT,
         "submission": traj.submission,
     }
+    if traj.source:
+        body["source"] = traj.source
     endpoint = url.rstrip("/") + "/v1/score"
     request = urllib.request.Request(
         endpoint,
@@ -231,6 +253,8 @@ def run_hook(
     policy: Any = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
@@ -242,8 +266,10 @@ def run_hook(
         timeout: overall deadline (seconds) of the call to the service.
         policy: the PolicyConfig for the model-free halts when `scorer` is None.
         max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
+        agent, source: `--agent` and `--source` (see `read_run`).
     """
-    limits = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits: dict[str, Any] = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits |= {"agent": agent, "source": source}
     try:
         if not event.get("transcript_path"):
             raise ValueError("hook event has no transcript_path")
@@ -262,7 +288,10 @@ def run_hook(
         log.error("failfast hook: monitor_error reported by %s; letting the session continue", url)
     if decision.stop:
         try:
-            write_restart(restart_path(event["transcript_path"]), decision, agent=AGENT, task="")
+            task = decision.restart.task if decision.restart else ""
+            write_restart(
+                restart_path(event["transcript_path"]), decision, agent=agent or AGENT, task=task
+            )
         except OSError:
             log.exception("failfast hook: could not write the restart packet")
     return answer(event, decision)

@@ -122,8 +122,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_flags(p)  # one flag per ServiceConfig limit
     p.set_defaults(func=_serve)
 
-    p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
-    p.add_argument("harness", choices=["claude-code"], help="which harness calls the hook")
+    p = sub.add_parser(
+        "hook",
+        help="harness hooks (claude-code: a Claude Code command hook)",
+        description=(
+            "A Claude Code command hook: reads one hook event (JSON: session_id, "
+            "transcript_path, hook_event_name, tool_name, ...) on stdin, scores the session's "
+            "transcript (the JSONL log transcript_path names), and answers on stdout: nothing "
+            'to go on, {"systemMessage"} on a warning, {"continue": false, "stopReason"} (and '
+            "a denied tool call on PreToolUse) on a stop, with the restart packet written "
+            "beside the transcript. Always exits 0; a broken monitor says nothing and logs "
+            "monitor_error on stderr. docs/USAGE.md, 'Wire a harness'."
+        ),
+    )
+    p.add_argument(
+        "harness",
+        choices=["claude-code"],
+        help="which harness calls the hook (claude-code: the only one so far)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle folder (loaded, and the model started, per event)")
     src.add_argument(
@@ -137,8 +153,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timeout",
         type=float,
         default=5.0,
-        help="seconds the whole call to the service may take (--url)",
+        help="seconds the whole call to the service may take (--url; default 5)",
     )
+    _group_args(p)
     _limit_args(p)
     p.set_defaults(func=_hook)
 
@@ -290,6 +307,8 @@ def _hook(args: argparse.Namespace) -> int:
         policy=policy,
         max_bytes=args.max_bytes,
         max_steps=args.max_steps,
+        agent=args.agent,
+        source=args.source,
     )
     if out:
         print(json.dumps(out))
