@@ -269,6 +269,11 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(scorer, cfg)
     except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
         return _problem(e)
+    print(  # uvicorn at log level warning says nothing once it is up
+        f"failfast serve: listening on http://{args.host}:{args.port} (bundle {scorer.bundle.path}, "
+        f"target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
+        flush=True,
+    )
     uvicorn.run(
         app,
         host=args.host,

@@ -10,6 +10,7 @@ from typing import Any
 
 from monitor.errors import BundleError
 from monitor.thresholds import ThresholdTable
+from training.export.card import model_card
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,8 @@ def write_calibrated_bundle(
     manifest["target"] = float(target)
     manifest["calibration"] = record
     manifest["policy"] = {**(manifest.get("policy") or {}), **table.schedule.model_dump()}
-    card = dst / "README.md"
-    if card.is_file():
-        card.write_text(card.read_text() + _card_section(record))
+    # the card is rendered again from the new manifest (the copied one states the old thresholds)
+    (dst / "README.md").write_text(model_card(manifest) + _card_section(record))
     write_manifest(dst, manifest)
     load_bundle(dst)
     log.info("recalibrated bundle written to %s", dst)
@@ -72,4 +72,16 @@ def _card_section(record: dict[str, Any]) -> str:
     for g, why in record["kept"].items():
         lines.append(f"- {g}: {why}")
     lines.append(f"- pooled: {record['pooled']}")
+    check = record["data"].get("check")
+    if check:
+        lines.append(
+            f"- checked first (`--check {check['held_out_fraction']:g}`): calibrated on "
+            f"{check['calibration_runs']} runs, measured on {check['held_out_runs']} held-out runs "
+            f"at {check['target_fpr']:g}: realized FPR {_pct(check['realized_fpr'])}, tokens saved "
+            f"{_pct(check['token_savings'])}; this bundle is {check['bundle']}"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
