@@ -338,8 +338,10 @@ def _write(args: argparse.Namespace, scorer: Any, cfg: Any, records: list[Any], 
         cells = []
         for t in cfg.targets:
             st = entry.stop[target_key(t)]
-            cells.append(
-                f"{t:g}: {st.threshold:.4f}" if st.threshold is not None else f"{t:g}: refused"
+            cells.append(  # a refusal says what it would need (the count of resolved runs)
+                f"{t:g}: {st.threshold:.4f}"
+                if st.threshold is not None
+                else f"{t:g}: refused ({(st.refused or '').rsplit(': ', 1)[-1]})"
             )
         print(f"  {g}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
     for g, why in result.kept.items():
