@@ -114,7 +114,7 @@ def plain_summary(
         for s, rs in sorted(by_source.items()):
             out += _scope(s, result["per_source"][s], rs, stops, target, scorer, baselines)
     out += _scope("overall", result, recs, stops, target, scorer, baselines)
-    per_instance = {}
+    per_instance: dict[str, int] = {}
     for r in recs:
         per_instance[r.instance_id] = per_instance.get(r.instance_id, 0) + 1
     if per_instance and max(per_instance.values()) == 1:
