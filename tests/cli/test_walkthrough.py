@@ -42,6 +42,7 @@ def quick_like(bundle: Path, root: Path) -> Path:
     return copy
 
 
+@pytest.mark.slow  # a pass over 300 real runs: 3-7 minutes on 2 shared cores
 def test_walkthrough_runs_as_written(data_dir, tiny_model_dir, tmp_path_factory, tmp_path):
     if not shutil.which("curl") or not shutil.which("jq"):
         pytest.skip("the walk-through's HTTP block needs curl and jq")
