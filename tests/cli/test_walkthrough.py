@@ -69,6 +69,8 @@ def test_walkthrough_runs_as_written(data_dir, tiny_model_dir, tmp_path_factory,
         timeout=1500,
     )
     out = p.stdout
+    if os.environ.get("FAILFAST_WALKTHROUGH_LOG"):  # keep what it printed, to read the figures
+        Path(os.environ["FAILFAST_WALKTHROUGH_LOG"]).write_text(out + "\n--- stderr\n" + p.stderr)
     assert p.returncode == 0, (out[-4000:], p.stderr[-4000:])
     # inspect and ingest
     assert "mini-swe-agent" in out
