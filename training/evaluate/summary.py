@@ -88,10 +88,14 @@ def _scope(
         lines.append(f"  good runs it would have lost: {listed}{more}")
     bound = m.get("fpr_upper_bound")
     if bound is not None and n_res:
+        over = (
+            "; with this few good runs it sits above the target even where the monitor meets it"
+            if bound > target
+            else ""
+        )
         lines.append(
             f"  FPR bound {_pct(bound)}: the 95% upper confidence limit of the true FPR from "
-            f"{len(good)} stopped of {n_res} good runs here, not a promise the monitor broke; "
-            "with few good runs it sits above the target even when the monitor meets it"
+            f"{len(good)} stopped of {n_res} good runs here, not a promise the monitor broke{over}"
         )
     return lines
 
