@@ -4,14 +4,18 @@ Claude Code runs `failfast hook claude-code --bundle DIR` (or `--url URL`) for t
 events with a JSON event on stdin (`session_id`, `transcript_path` (the session's JSONL log), `hook_event_name`,
 and for PreToolUse `tool_name` / `tool_input`). The hook answers on stdout, exit code 0:
 
-- stop: `{"continue": false, "stopReason": ..., "systemMessage": ...}` (Claude stops), plus for
-  PreToolUse `hookSpecificOutput{hookEventName, permissionDecision: "deny",
-  permissionDecisionReason}` so the pending tool call does not run. The restart packet is written
+- stop: `{"continue": false, "stopReason": ...}` (Claude stops and shows the reason once:
+  the headline, then what the run tried and its last error), plus for PreToolUse
+  `hookSpecificOutput{hookEventName, permissionDecision: "deny", permissionDecisionReason}` (the
+  headline only) so the pending tool call does not run. The restart packet is written
   beside the transcript (`<transcript>.failfast-restart.json`).
 - warn: `{"systemMessage": ...}` (shown to the user; the run goes on).
 - continue, or any failure of the monitor itself: no output (never blocks the session).
   A bundle that cannot be loaded still leaves the model-free halts (stuck loops, and the
   budgets of its monitor.json when that can be read): a stop from them is answered as above.
+
+`--agent` / `--source` name the agent the model reads and the threshold group (a source-keyed
+bundle finds a Claude Code run only under the name it was calibrated with: `--source NAME`).
 
 The transcript must be a regular file (a FIFO or /dev/zero is refused) of at most `--max-bytes`
 bytes and `--max-steps` steps; past that the hook logs monitor_error and says nothing.
