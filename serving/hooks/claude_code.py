@@ -4,14 +4,18 @@ Claude Code runs `failfast hook claude-code --bundle DIR` (or `--url URL`) for t
 events with a JSON event on stdin (`session_id`, `transcript_path` (the session's JSONL log), `hook_event_name`,
 and for PreToolUse `tool_name` / `tool_input`). The hook answers on stdout, exit code 0:
 
-- stop: `{"continue": false, "stopReason": ..., "systemMessage": ...}` (Claude stops), plus for
-  PreToolUse `hookSpecificOutput{hookEventName, permissionDecision: "deny",
-  permissionDecisionReason}` so the pending tool call does not run. The restart packet is written
+- stop: `{"continue": false, "stopReason": ...}` (Claude stops and shows the reason once:
+  the headline, then what the run tried and its last error), plus for PreToolUse
+  `hookSpecificOutput{hookEventName, permissionDecision: "deny", permissionDecisionReason}` (the
+  headline only) so the pending tool call does not run. The restart packet is written
   beside the transcript (`<transcript>.failfast-restart.json`).
 - warn: `{"systemMessage": ...}` (shown to the user; the run goes on).
 - continue, or any failure of the monitor itself: no output (never blocks the session).
   A bundle that cannot be loaded still leaves the model-free halts (stuck loops, and the
   budgets of its monitor.json when that can be read): a stop from them is answered as above.
+
+`--agent` / `--source` name the agent the model reads and the threshold group (a source-keyed
+bundle finds a Claude Code run only under the name it was calibrated with: `--source NAME`).
 
 The transcript must be a regular file (a FIFO or /dev/zero is refused) of at most `--max-bytes`
 bytes and `--max-steps` steps; past that the hook logs monitor_error and says nothing.
@@ -81,13 +85,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
     )
     if decision.stop:
         summary = decision.restart.summary if decision.restart else ""
-        reason = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}. {summary}".strip()
-        out: dict[str, Any] = {"continue": False, "stopReason": reason, "systemMessage": reason}
+        summary = summary.removeprefix(  # the headline already says it
+            f"Stopped after {decision.step} steps ({decision.reason})."
+        ).strip()
+        head = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}."
+        # Claude Code shows stopReason to the user; a systemMessage would show it a second time,
+        # and the denied tool call's reason (read by the model) only needs the headline.
+        out: dict[str, Any] = {"continue": False, "stopReason": f"{head} {summary}".strip()}
         if name == "PreToolUse":
             out["hookSpecificOutput"] = {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
-                "permissionDecisionReason": reason,
+                "permissionDecisionReason": head,
             }
         return out
     if decision.action == "warn":
@@ -98,9 +107,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
 
 
 def read_run(
-    event: dict[str, Any], *, max_bytes: int = MAX_TRANSCRIPT_BYTES, max_steps: int = MAX_STEPS
+    event: dict[str, Any],
+    *,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Trajectory:
-    """The event's transcript (a regular file within the limits); TranscriptError otherwise."""
+    """The event's transcript (a regular file within the limits); TranscriptError otherwise.
+
+    `agent` (default "claude-code") is the name the model reads in its header; `source` the
+    threshold group of a source-keyed bundle (default: the transcript's folder name, which no
+    bundle is calibrated for: pass the name given to `failfast calibrate --agent`)."""
     from monitor.errors import TranscriptTooLarge
     from serving.transcripts import read_transcript
 
@@ -109,7 +127,9 @@ def read_run(
         raise TranscriptTooLarge(
             traj.path, f"{len(traj.steps)} steps, over the limit of {max_steps} (--max-steps)"
         )
-    traj.agent = traj.agent or AGENT
+    traj.agent = agent or traj.agent or AGENT
+    if source:
+        traj.source = source
     return traj
 
 
@@ -121,6 +141,8 @@ def decide(
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
     deadline: float | None = None,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Score the event's transcript and replay the policy; the first stop, else the last decision.
 
@@ -129,7 +151,7 @@ def decide(
     """
     from serving.runs import score_transcript
 
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
     cancelled = None if deadline is None else (lambda: time.monotonic() > deadline)
     return score_transcript(scorer, traj, policy=policy, cancelled=cancelled).final
 
@@ -145,6 +167,8 @@ def decide_remote(
     timeout: float = 5.0,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
 
@@ -153,13 +177,15 @@ def decide_remote(
             (one deadline for connect, send and the whole answer), answers with an error
             status, or its answer has no usable decision.
     """
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
     body = {
         "steps": [s.to_dict() for s in traj.steps],
         "task": traj.task,
         "agent": traj.agent or AGENT,
         "submission": traj.submission,
     }
+    if traj.source:
+        body["source"] = traj.source
     endpoint = url.rstrip("/") + "/v1/score"
     request = urllib.request.Request(
         endpoint,
@@ -236,6 +262,8 @@ def run_hook(
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
     deadline: float | None = None,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
@@ -249,8 +277,10 @@ def run_hook(
         max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
         deadline: time.monotonic() by which a `scorer` must have decided (`--timeout` with
             `--bundle`); past it: monitor_error, no output.
+        agent, source: `--agent` and `--source` (see `read_run`).
     """
-    limits = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits: dict[str, Any] = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits |= {"agent": agent, "source": source}
     try:
         path = event.get("transcript_path")
         if not path:
@@ -278,7 +308,10 @@ def run_hook(
         log.error("failfast hook: monitor_error reported by %s; letting the session continue", url)
     if decision.stop:
         try:
-            write_restart(restart_path(event["transcript_path"]), decision, agent=AGENT, task="")
+            task = decision.restart.task if decision.restart else ""
+            write_restart(
+                restart_path(event["transcript_path"]), decision, agent=agent or AGENT, task=task
+            )
         except OSError:
             log.exception("failfast hook: could not write the restart packet")
     return answer(event, decision)

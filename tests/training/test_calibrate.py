@@ -233,6 +233,6 @@ def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
     assert safe.per_agent["a"].stop["0.1"].fpr_val <= 0.05
     assert plain.lookup("few", 0.1).source == "pooled"
     assert plain.lookup("nobody", 0.1).source == "pooled-unknown-agent"
-    for group in ("few", "nobody"):
+    for group, why in (("few", "refused"), ("nobody", "unknown-group")):
         refused = safe.lookup(group, 0.1)
-        assert (refused.source, refused.stop) == ("refused", math.inf)
+        assert (refused.source, refused.stop) == (why, math.inf)

@@ -16,7 +16,12 @@ from monitor.escape import visible
 
 
 def _scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--bundle", required=required, help="bundle folder written by `failfast export`")
+    p.add_argument(
+        "--bundle",
+        required=required,
+        help="bundle folder (OUT/bundle of `failfast train` or `demo`, or written by `failfast "
+        "export` or `calibrate`)",
+    )
     p.add_argument("--int8", action="store_true", help="use the int8 graphs")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads per call")
     p.add_argument(
@@ -32,6 +37,24 @@ def _pin_arg(p: argparse.ArgumentParser) -> None:
         metavar="HEX",
         help="refuse the bundle unless its monitor.json has this sha256 (it lists the sha256 of "
         "every other file); see docs/USAGE.md, trust model",
+    )
+
+
+def _group_args(p: argparse.ArgumentParser) -> None:
+    """--agent and --source, as `score`, `watch` and the Claude Code hook take them."""
+    p.add_argument(
+        "--agent",
+        default=None,
+        help="agent name the model reads in each window's header (`### agent: NAME`: it changes "
+        "the scores) and the threshold group of an agent-keyed bundle (default: the "
+        "transcript's)",
+    )
+    p.add_argument(
+        "--source",
+        default=None,
+        help="threshold group of a source-keyed bundle (the quick and default configs), e.g. the "
+        "name given to `failfast calibrate --agent`; scores unchanged (default: the "
+        "transcript's source, its folder name for most formats)",
     )
 
 
@@ -89,9 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file or run folder (any supported format)")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    p.add_argument(
-        "--agent", default=None, help="agent family for thresholds (default: the transcript's)"
-    )
+    _group_args(p)
     p.add_argument("--json", action="store_true", help="print JSON (scores, every decision)")
     _limit_args(p)
     p.set_defaults(func=_score)
@@ -103,8 +124,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_flags(p)  # one flag per ServiceConfig limit
     p.set_defaults(func=_serve)
 
-    p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
-    p.add_argument("harness", choices=["claude-code"], help="which harness calls the hook")
+    p = sub.add_parser(
+        "hook",
+        help="harness hooks (claude-code: a Claude Code command hook)",
+        description=(
+            "A Claude Code command hook: reads one hook event (JSON: session_id, "
+            "transcript_path, hook_event_name, tool_name, ...) on stdin, scores the session's "
+            "transcript (the JSONL log transcript_path names), and answers on stdout: nothing "
+            'to go on, {"systemMessage"} on a warning, {"continue": false, "stopReason"} (and '
+            "a denied tool call on PreToolUse) on a stop, with the restart packet written "
+            "beside the transcript. Always exits 0; a broken monitor says nothing and logs "
+            "monitor_error on stderr. docs/USAGE.md, 'Wire a harness'."
+        ),
+    )
+    p.add_argument(
+        "harness",
+        choices=["claude-code"],
+        help="which harness calls the hook (claude-code: the only one so far)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle folder (loaded, and the model started, per event)")
     src.add_argument(
@@ -121,6 +158,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="seconds the whole hook may take, reading the event included; past it the hook "
         "says nothing and the session goes on (default: 5 with --url, 30 with --bundle)",
     )
+    _group_args(p)
     _limit_args(p)
     p.set_defaults(func=_hook)
 
@@ -131,13 +169,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file being written")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    p.add_argument("--agent", default=None, help="agent family for thresholds")
-    p.add_argument(
-        "--source",
-        default=None,
-        help="threshold group when the bundle's thresholds are keyed by source (default: the "
-        "transcript's)",
-    )
+    _group_args(p)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
@@ -176,6 +208,8 @@ def _score(args: argparse.Namespace) -> int:
         traj = _read_limited(args)
         if args.agent:
             traj.agent = args.agent
+        if args.source:
+            traj.source = args.source
         scorer = _load_scorer(args)
         result = score_transcript(scorer, traj)
     except (TranscriptError, BundleError) as e:
@@ -188,10 +222,15 @@ def _score(args: argparse.Namespace) -> int:
         out["calibration"] = scorer.bundle.calibration
         print(json.dumps(out, default=str))
     else:
-        thr = "none (warn only)" if result.threshold is None else f"{result.threshold:.3f}"
+        group = (
+            scorer.bundle.thresholds.group_of(traj.agent, traj.source)
+            if scorer.bundle.thresholds
+            else ""
+        )
         print(  # names from the transcript: control characters shown, never sent raw
-            f"run={visible(traj.id)} agent={visible(traj.agent)} steps={len(traj.steps)} "
-            f"threshold={thr} ({visible(result.threshold_source)})"
+            f"run={visible(traj.id)} agent={visible(traj.agent)} source={visible(traj.source)} "
+            f"steps={len(traj.steps)} group={visible(group)} "
+            f"threshold={_threshold_text(result, scorer)}"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
             print(f"  k={k:4d} score={s:.3f} {d.action:8s} {visible(d.reason)}")
@@ -201,6 +240,24 @@ def _score(args: argparse.Namespace) -> int:
         else:
             print(f"CONTINUE: {final.action} ({visible(final.reason)})")
     return 1 if result.stop is not None else 0
+
+
+def _threshold_text(result, scorer) -> str:  # type: ignore[no-untyped-def]
+    """The stop threshold a run used, and where from, in words."""
+    src = result.threshold_source
+    if result.threshold is not None:
+        return f"{result.threshold:.3f} ({src})"
+    table = scorer.bundle.thresholds
+    if src == "unknown-group" and table is not None:
+        known = ", ".join(sorted(table.per_agent)) or "none"
+        return (
+            f"none: no stop by score (unknown-group: the bundle has no thresholds for this "
+            f"group; its groups ({table.group_by}): {known}; pass --source/--agent, or "
+            "`failfast calibrate` it)"
+        )
+    if src == "refused":
+        return "none: no stop by score (refused: too few resolved calibration runs to certify the target)"
+    return f"none: no stop by score ({src})"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -214,6 +271,11 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(scorer, cfg)
     except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
         return _problem(e)
+    print(  # uvicorn at log level warning says nothing once it is up
+        f"failfast serve: listening on http://{args.host}:{args.port} (bundle {scorer.bundle.path}, "
+        f"target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
+        flush=True,
+    )
     serve(app, cfg, host=args.host, port=args.port)  # SIGTERM: ends within its deadline
     return 0
 
@@ -249,6 +311,8 @@ def _hook(args: argparse.Namespace) -> int:
         policy=policy,
         max_bytes=args.max_bytes,
         max_steps=args.max_steps,
+        agent=args.agent,
+        source=args.source,
     )
     if out:
         print(json.dumps(out))

@@ -184,7 +184,18 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         help="a label file for --data that labels every run it names, wherever it lies",
     )
     p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
-    p.add_argument("--target-fpr", type=float, default=0.05, help="run-level FPR target")
+    p.add_argument(
+        "--group",
+        "--source",
+        dest="group",
+        default=None,
+        metavar="NAME",
+        help="threshold group of every evaluated run (the name given to `failfast calibrate "
+        "--agent`), whatever folder the runs sit in (default: each run's own source or agent)",
+    )
+    p.add_argument(
+        "--target-fpr", type=float, default=0.05, help="run-level FPR target (default 0.05)"
+    )
     p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
     p.add_argument("--plots", help="folder for the PNG plots")
     p.add_argument("-o", "--override", action="append", default=[], help="EvalConfig key=value")
@@ -203,11 +214,22 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
             labels=args.labels,
             score_data=args.score_data,
         )
+        if args.group:  # the thresholds' own key; the p95 Budget keeps the runs' own groups
+            for r in inputs.records:
+                setattr(r, inputs.thresholds.group_by, args.group)
         result = inputs.evaluate(cfg)
         table = write_report(
-            result, inputs.records, cfg, json_path=args.json_out, plots_dir=args.plots
+            result,
+            inputs.records,
+            cfg,
+            json_path=args.json_out,
+            plots_dir=args.plots,
+            thresholds=inputs.thresholds,
         )
-        print(table, end="")
+        from training.evaluate.summary import plain_summary
+
+        print(table)
+        print(plain_summary(result, inputs.records, inputs.thresholds, scorer=cfg.scorer), end="")
         return 0
 
     p.set_defaults(func=handler)

@@ -145,15 +145,20 @@ def _find_thresholds(bundle: Path | None, train_dir: Path | None) -> ThresholdTa
     )
 
 
-def score_with_bundle(bundle: str | Path, runs: Sequence[Any]) -> list[RunRecord]:
-    """RunRecords of labelled runs scored with an exported bundle and the baselines saved in it."""
+def score_with_bundle(
+    bundle: str | Path, runs: Sequence[Any], *, scorer: Any = None, progress: bool = True
+) -> list[RunRecord]:
+    """RunRecords of labelled runs scored with an exported bundle and the baselines saved in it
+    (`scorer`: the bundle already loaded; `progress`: a bar on stderr)."""
+    from tqdm import tqdm
+
     from serving.scorer import Scorer
     from training.baselines.learned import baseline_run_scores, load_baselines
 
-    scorer = Scorer.load(bundle)
+    scorer = scorer or Scorer.load(bundle)
     pipes = load_baselines(Path(bundle) / "baselines")
     out = []
-    for t in runs:
+    for t in tqdm(runs, desc="scoring runs", unit="run", disable=not progress):
         scores = {"monitor": np.asarray(scorer.score_run(t))}
         if not len(scores["monitor"]):
             continue
@@ -209,8 +214,10 @@ def write_report(
     *,
     json_path: str | Path | None = None,
     plots_dir: str | Path | None = None,
+    thresholds: ThresholdTable | None = None,
 ) -> str:
-    """Write the report as JSON (+ its markdown table beside it) and plots; returns the table."""
+    """Write the report as JSON (+ its markdown table beside it, and with `thresholds` the plain
+    summary under it) and plots; returns the table."""
     from training.evaluate.report import markdown_table
 
     table = markdown_table(result)
@@ -219,8 +226,17 @@ def write_report(
         out.parent.mkdir(parents=True, exist_ok=True)
         from monitor.atomic import atomic_write_text  # each file whole or not at all
 
+        md = table
+        if thresholds is not None:
+            from training.evaluate.summary import plain_summary
+
+            md += (
+                "\n## In plain words\n\n```\n"
+                + plain_summary(result, records, thresholds)
+                + "```\n"
+            )
         atomic_write_text(out, json.dumps(result, indent=1, default=float) + "\n")
-        atomic_write_text(out.with_suffix(".md"), table)
+        atomic_write_text(out.with_suffix(".md"), md)
     if plots_dir is not None:
         from training.evaluate.plots import write_plots
 

@@ -12,6 +12,7 @@ from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
 from monitor.escape import md
 from monitor.thresholds import ThresholdTable
+from training.export.card import model_card
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,8 @@ def _copy(
     manifest["target"] = float(target)
     manifest["calibration"] = record
     manifest["policy"] = {**(manifest.get("policy") or {}), **table.schedule.model_dump()}
-    card = dst / "README.md"
-    if card.is_file():
-        card.write_text(card.read_text() + _card_section(record))
+    # the card is rendered again from the new manifest (the copied one states the old thresholds)
+    (dst / "README.md").write_text(model_card(manifest) + _card_section(record))
     write_manifest(dst, manifest)
     load_bundle(dst)  # the hashes hold before the copy replaces anything
 
@@ -81,4 +81,16 @@ def _card_section(record: dict[str, Any]) -> str:
     for g, why in record["kept"].items():
         lines.append(f"- {md(g)}: {md(why)}")
     lines.append(f"- pooled: {record['pooled']}")
+    check = record["data"].get("check")
+    if check:
+        lines.append(
+            f"- checked first (`--check {check['held_out_fraction']:g}`): calibrated on "
+            f"{check['calibration_runs']} runs, measured on {check['held_out_runs']} held-out runs "
+            f"at {check['target_fpr']:g}: realized FPR {_pct(check['realized_fpr'])}, tokens saved "
+            f"{_pct(check['token_savings'])}; this bundle is {check['bundle']}"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
