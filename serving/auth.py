@@ -116,7 +116,7 @@ class RequireKey:
         self.app = app
         self.keys = keys
         self.refusals = refusals
-        self._logged = 0.0
+        self._logged = -LOG_EVERY
         self._unlogged = 0
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
