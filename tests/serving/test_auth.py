@@ -79,8 +79,10 @@ def open_run(c: TestClient, key: str, n: int = 2, **body) -> str:
 def test_key_file_scopes_names_and_lookup(tmp_path) -> None:
     ring = keys(tmp_path)
     score = ring.find(SCORE)
-    assert score is not None and score.scopes == {"score"}
-    assert score.name.startswith("key-") and len(score.name) == 12  # a hash prefix, not the key
+    assert score is not None
+    assert score.scopes == {"score"}
+    assert score.name.startswith("key-")
+    assert len(score.name) == 12
     assert SCORE[:8] not in score.name
     evaluator = ring.find(VERDICT)
     assert evaluator is not None
@@ -141,12 +143,14 @@ def test_reload_swaps_keys_and_keeps_them_on_a_bad_file(tmp_path, caplog) -> Non
     new = "new-key-0123456789abcdef"
     key_file(ring.path, f"{new} admin\n")
     assert ring.reload()
-    assert ring.find(new) is not None and ring.find(SCORE) is None
+    assert ring.find(new) is not None
+    assert ring.find(SCORE) is None
     ring.path.chmod(0o644)  # a careless edit: the keys in use stay
     with caplog.at_level(logging.ERROR, logger="serving.keys"):
         assert not ring.reload()
     assert ring.find(new) is not None
-    assert "chmod 600" in caplog.text and new not in caplog.text
+    assert "chmod 600" in caplog.text
+    assert new not in caplog.text
 
 
 # --- the service ----------------------------------------------------------------------------
@@ -179,7 +183,8 @@ def test_no_key_unknown_key_401_everywhere_but_healthz(tmp_path) -> None:
             assert "Bearer" in r.headers["www-authenticate"]
             assert "API key" in r.json()["error"]
     r = c.get("/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok"
     assert c.get("/openapi.json").status_code == 200
 
 
@@ -192,7 +197,8 @@ def test_scopes_403_and_2xx(tmp_path) -> None:
     # a score-only key on a verdict route: 403 naming the scope and the key's name, not the key
     r = c.post(f"/v1/sessions/{sid}/verdict", json={"resolved": True}, headers=auth(SCORE))
     assert r.status_code == 403
-    assert "`verdict` scope" in r.json()["error"] and SCORE not in r.text
+    assert "`verdict` scope" in r.json()["error"]
+    assert SCORE not in r.text
     r = c.post("/v1/verdicts", json={"session_id": sid, "resolved": True}, headers=auth(SCORE))
     assert r.status_code == 403
     assert c.get("/v1/status", headers=auth(SCORE)).status_code == 403
@@ -262,7 +268,8 @@ def test_verdicts_after_a_restart_only_for_logged_sessions(tmp_path) -> None:
     assert r.status_code == 409  # its verdict is in the log
     r = c2.post("/v1/verdicts", json={"run_id": "pending", "resolved": True}, headers=auth(VERDICT))
     assert r.status_code == 200, r.text
-    assert r.json()["session_id"] == pending and r.json()["counted"]
+    assert r.json()["session_id"] == pending
+    assert r.json()["counted"]
     r = c2.post(f"/v1/sessions/{pending}/verdict", json={"resolved": True}, headers=auth(VERDICT))
     assert r.status_code == 409
     r = c2.post(
