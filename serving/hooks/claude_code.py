@@ -167,7 +167,7 @@ def decide_remote(
     request = urllib.request.Request(
         endpoint,
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", **client_headers()},
+        headers={"Content-Type": "application/json"},
         method="POST",
     )
     raw = _post_within(request, timeout)
@@ -180,11 +180,17 @@ def decide_remote(
 def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
     """The answer's body, or ServiceError; the whole exchange must end within `timeout` seconds.
 
+    The request carries `Authorization: Bearer $FAILFAST_API_KEY` when the variable is set (a
+    service with `--api-key-file`); a 401 or 403 is a ServiceError like any other.
+
     urllib's timeout bounds each socket operation, so a service that sends a byte every few
     seconds would hold the hook forever; the call runs in a daemon thread and is abandoned at
     the deadline (the process exits right after the hook answers).
     """
     endpoint = request.full_url
+    for name, value in client_headers().items():  # FAILFAST_API_KEY, on every call made here
+        if not request.has_header(name):
+            request.add_header(name, value)
     box: dict[str, Any] = {}
 
     def call() -> None:

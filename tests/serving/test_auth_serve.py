@@ -207,3 +207,26 @@ def test_non_loopback_host_without_keys_exits_2_before_binding(tmp_path):
     assert p.returncode == 2
     assert "chmod 600" in p.stderr
     assert SCORE not in p.stderr
+
+
+def test_every_call_of_the_service_client_carries_the_key(server, monkeypatch):
+    """`_post_within` (the hook's, and the session client's on top of it) adds the key itself:
+    a session call without FAILFAST_API_KEY is a ServiceError naming the variable."""
+    from serving.hooks.claude_code import ServiceError, _post_within
+
+    url = server[0]
+
+    def open_session() -> bytes:
+        request = urllib.request.Request(
+            f"{url}/v1/sessions",
+            data=json.dumps({"task": "t"}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        return _post_within(request, 30)
+
+    monkeypatch.delenv("FAILFAST_API_KEY", raising=False)
+    with pytest.raises(ServiceError, match=r"HTTP 401.*FAILFAST_API_KEY"):
+        open_session()
+    monkeypatch.setenv("FAILFAST_API_KEY", VERDICT)
+    assert json.loads(open_session())["session_id"]
