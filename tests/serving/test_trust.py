@@ -187,7 +187,9 @@ def test_hook_under_trust_applies_nothing_of_an_unsigned_bundle(
     m = json.loads((copy / "monitor.json").read_text())
     m["policy"]["budget"] = {**(m["policy"].get("budget") or {}), "max_steps": 1}
     (copy / "monitor.json").write_text(json.dumps(m))
-    event = json.dumps(claude_event(fixtures_dir / "claude_code_constructed_session.jsonl"))
+    path = tmp_path / "session.jsonl"  # the hook writes its restart packet beside it
+    shutil.copyfile(fixtures_dir / "claude_code_constructed_session.jsonl", path)
+    event = json.dumps(claude_event(path))
     cli = ["hook", "claude-code", "--bundle", str(copy), "--threads", "1"]
     p = failfast(*cli, input=event)
     assert p.returncode == 0, p.stderr
