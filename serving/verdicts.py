@@ -59,8 +59,9 @@ class VerdictFor(VerdictIn):
 def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
     """The Monitor of the service: its decision log (`decision_log` file, line-buffered) and
     its feedback at the scorer's target over the bundle's threshold groups."""
-    bundle_sha256 = start_record(scorer)["bundle_sha256"]
-    # read before this start's record is appended: the sessions a verdict may still name
+    # read before this start's record is appended: the sessions a verdict may still name, by
+    # the bundle sha256 the start records carry
+    bundle_sha256 = getattr(getattr(scorer, "bundle", None), "sha256", None)
     earlier = (
         closed_sessions(cfg.decision_log, bundle_sha256, cfg.recent_runs)
         if cfg.decision_log
