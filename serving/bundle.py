@@ -197,8 +197,9 @@ def load_bundle(
 
     Raises:
         BundleError: missing folder/files, unreadable monitor.json, a monitor.json other than
-            the pinned one, not signed by a trusted key (TrustError), a field of the wrong type, a hash mismatch, an unknown bundle
-            format, an onnxruntime too old, or signals this monitor does not compute.
+            the pinned one or not signed by a trusted key (TrustError), a field of the wrong
+            type, a hash mismatch, an unknown bundle format, an onnxruntime too old, or signals
+            this monitor does not compute.
     """
     root = Path(path)
     mpath = root / MANIFEST

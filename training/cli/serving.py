@@ -255,7 +255,7 @@ def _hook(args: argparse.Namespace) -> int:
     """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout.
 
     So a bundle refused by --trust or --bundle-sha256 is a monitor_error on stderr, not exit 2:
-    the hook then runs the model-free halts under the default policy."""
+    the hook then runs the model-free halts (under the default policy with --trust)."""
     from monitor.policy import PolicyConfig
     from serving.bundle import read_policy
     from serving.hooks.claude_code import run_hook
