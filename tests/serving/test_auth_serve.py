@@ -230,3 +230,28 @@ def test_every_call_of_the_service_client_carries_the_key(server, monkeypatch):
         open_session()
     monkeypatch.setenv("FAILFAST_API_KEY", VERDICT)
     assert json.loads(open_session())["session_id"]
+
+
+@pytest.mark.data
+def test_real_transcript_scored_only_with_a_key(server, signed, data_dir):
+    """A real mini-swe-agent run of ../shared/data through the keyed, --trust server: refused
+    without a key, and with one the scores equal the signed bundle's offline scores."""
+    import base64
+
+    from serving.scorer import Scorer
+    from serving.transcripts import read_transcript
+
+    url = server[0]
+    path = next(
+        (data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro" / "trajs").glob(
+            "*/*.traj.json.gz"
+        )
+    )
+    body = {"transcript": base64.b64encode(path.read_bytes()).decode(), "encoding": "base64"}
+    assert httpx.post(f"{url}/v1/score", json=body, timeout=60).status_code == 401
+    r = httpx.post(f"{url}/v1/score", json=body, headers=auth(SCORE), timeout=120)
+    assert r.status_code == 200, r.text
+    scorer = Scorer.load(signed[0], trust=[signed[1]])
+    want = scorer.score_run(read_transcript(path))
+    assert r.json()["n_steps"] == len(want) > 0
+    assert r.json()["scores"] == pytest.approx(want, abs=1e-5)
