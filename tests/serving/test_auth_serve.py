@@ -255,3 +255,24 @@ def test_real_transcript_scored_only_with_a_key(server, signed, data_dir):
     want = scorer.score_run(read_transcript(path))
     assert r.json()["n_steps"] == len(want) > 0
     assert r.json()["scores"] == pytest.approx(want, abs=1e-5)
+
+
+def test_supervisor_sessions_send_the_key_and_a_401_is_monitor_error(server, monkeypatch):
+    """`failfast supervise --url` (serving.remote.RemoteMonitor): without FAILFAST_API_KEY every
+    decision is continue / monitor_error (the agent runs on); with a key, the service decides."""
+    from monitor.types import Step
+    from serving.remote import RemoteMonitor
+
+    url = server[0]
+    step = Step(index=0, action="ls", observation="a.py")
+    monkeypatch.delenv("FAILFAST_API_KEY", raising=False)
+    session = RemoteMonitor(url, timeout=30).start("t", "mini-swe-agent")
+    d = session.observe(step)
+    assert (d.action, d.reason) == ("continue", "monitor_error")
+    assert session.check().reason == "monitor_error"
+    monkeypatch.setenv("FAILFAST_API_KEY", SCORE)
+    session = RemoteMonitor(url, timeout=30).start("t", "mini-swe-agent")
+    d = session.observe(step)
+    assert d.reason != "monitor_error"
+    assert d.score is not None
+    session.end()

@@ -199,3 +199,19 @@ def test_hook_under_trust_applies_nothing_of_an_unsigned_bundle(
     assert "monitor_error" in p.stderr
     assert f"{copy / 'monitor.json.sig'}: missing" in p.stderr
     assert p.stdout == ""
+
+
+def test_supervise_trust_refuses_an_unsigned_bundle(bundle, pair, tmp_path):
+    p = failfast(
+        "supervise",
+        "--bundle",
+        str(bundle),
+        "--trust",
+        str(pair["public"]),
+        "--transcript",
+        str(tmp_path / "run.jsonl"),
+        "--",
+        "true",
+    )
+    assert p.returncode == 2
+    assert f"{bundle / 'monitor.json.sig'}: missing" in p.stderr
