@@ -163,7 +163,12 @@ class Feedback:
     # --- verdicts ---------------------------------------------------------------------------
 
     def report(
-        self, outcome: RunOutcome, resolved: bool, *, finished: bool | None = None
+        self,
+        outcome: RunOutcome,
+        resolved: bool,
+        *,
+        finished: bool | None = None,
+        key_name: str | None = None,
     ) -> dict[str, Any]:
         """Take one run's verdict: count it in its group's watch when it is in the sample.
 
@@ -172,6 +177,7 @@ class Feedback:
             resolved: the run's verdict.
             finished: the run went on to its own end; None: inferred (a stopped run finished
                 only when steps came after its stop, or it is a shadow run).
+            key_name: the name of the API key that gave the verdict (logged; never the key).
 
         Returns:
             What was done: group, counted (and why not), stopped, the group's watch, and
@@ -240,6 +246,7 @@ class Feedback:
                     "steps": outcome.steps,
                     "shadow": outcome.shadow,
                     "counted": why is None,
+                    **({"key_name": key_name} if key_name else {}),
                 }
             )
         return result

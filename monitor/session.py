@@ -322,7 +322,9 @@ class Session:
         o.stop_reason = self.stopped.reason if self.stopped else None
         return o
 
-    def verdict(self, resolved: bool, *, finished: bool | None = None) -> dict[str, Any]:
+    def verdict(
+        self, resolved: bool, *, finished: bool | None = None, key_name: str | None = None
+    ) -> dict[str, Any]:
         """Report the run's verdict (after the run; before or after `end`) to the feedback.
 
         Args:
@@ -338,7 +340,7 @@ class Session:
         """
         if self.feedback is None:
             raise VerdictError("this session reports to no feedback (open it from a Monitor)")
-        return self.feedback.report(self.outcome(), resolved, finished=finished)
+        return self.feedback.report(self.outcome(), resolved, finished=finished, key_name=key_name)
 
     def _flags(self, step: Step, k: int) -> list[Flag]:
         tr = self.tracker

@@ -10,6 +10,8 @@
     GET    /v1/status                  realized FPR per agent and drift (serving/verdicts.py)
     GET    /healthz, GET /metrics      liveness; Prometheus text (decisions by reason, latency)
 
+With API keys (`keys`, serving/auth.py) every call but /healthz and the OpenAPI pages carries
+`Authorization: Bearer KEY`: none or an unknown key 401, a key without the route's scope 403.
 OpenAPI is served at /openapi.json and /docs. Every error body is {"error": message}: bad JSON
 or base64 400, invalid fields (non-finite numbers, negative token counts, a bad file name) 422,
 unknown sessions 404, a body or transcript over its limit 413, a body not received in time 408,
@@ -38,7 +40,9 @@ from monitor.policy import PolicyConfig
 from monitor.session import Session
 from monitor.textio import json_safe
 from monitor.types import Trajectory
+from serving.auth import Refusals, RequireKey
 from serving.guard import Guard, error
+from serving.keys import KeyRing
 from serving.limits import ServiceConfig
 from serving.metrics import Counter, Histogram, batch_gauges, gauge
 from serving.runs import score_transcript
@@ -62,7 +66,11 @@ class _Refused(Exception):
 
 
 def create_app(
-    scorer: Any, config: ServiceConfig | None = None, policy: PolicyConfig | None = None
+    scorer: Any,
+    config: ServiceConfig | None = None,
+    policy: PolicyConfig | None = None,
+    *,
+    keys: KeyRing | None = None,
 ) -> FastAPI:
     """The FastAPI app over a loaded serving.Scorer.
 
@@ -70,6 +78,7 @@ def create_app(
         scorer: a serving.Scorer (or anything with start/score_run/thresholds/policy).
         config: service limits.
         policy: decision policy; None: the bundle's.
+        keys: API keys every call but /healthz must carry (serving/auth.py); None: no keys.
     """
     cfg = config or ServiceConfig()
     monitor = service_monitor(scorer, policy or PolicyConfig.model_validate(scorer.policy), cfg)
@@ -86,6 +95,7 @@ def create_app(
     slots = threading.BoundedSemaphore(cfg.max_concurrent)
     latency = Histogram("failfast_request_seconds", "Request latency by endpoint.")
     errors = Counter("failfast_errors_total", "Requests answered with an error, by status.")
+    refusals = Refusals()
     started = time.time()
 
     class ScoreBody(ScoreRequest):
@@ -334,11 +344,14 @@ def create_app(
             )
             + batch_gauges(getattr(scorer, "batcher", None))
             + monitor.feedback.prometheus_text()
+            + (refusals.text() if keys is not None else "")
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     install(app, scorer=scorer, table=table, feedback=monitor.feedback)
     app.state.sessions = table  # closed at shutdown by serving.server (their end records)
+    if keys is not None:  # inside Guard: refusals are timed and counted by status there too
+        app.add_middleware(RequireKey, keys=keys, refusals=refusals)
     app.add_middleware(
         Guard,
         max_body_bytes=cfg.max_body_bytes,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable
+from serving.trust import SIGNATURE, verify_manifest
 
 MANIFEST = "monitor.json"
 BUNDLE_FORMAT = 2
@@ -38,11 +40,12 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under `root` except monitor.json, keyed by POSIX relative path."""
+    """sha256 of every file under `root` except monitor.json and its signature, keyed by POSIX
+    relative path."""
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.relative_to(root).as_posix() != MANIFEST
+        if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, SIGNATURE)
     }
 
 
@@ -174,7 +177,13 @@ def start_record(scorer: Any) -> dict[str, Any]:
     }
 
 
-def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = None) -> Bundle:
+def load_bundle(
+    path: str | Path,
+    *,
+    verify: bool = True,
+    sha256: str | None = None,
+    trust: Sequence[str | Path] = (),
+) -> Bundle:
     """Load and check a bundle folder.
 
     Args:
@@ -183,11 +192,14 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
         sha256: the expected sha256 (hex) of monitor.json, pinned by whoever deploys the
             bundle; None: not checked. The file hashes inside monitor.json only detect
             corruption; the pin also detects a bundle whose hashes were recomputed after a change.
+        trust: public key files (`--trust`); when given, monitor.json must carry a signature of
+            one of them (serving/trust.py) and every file's hash is checked.
 
     Raises:
         BundleError: missing folder/files, unreadable monitor.json, a monitor.json other than
-            the pinned one, a field of the wrong type, a hash mismatch, an unknown bundle
-            format, an onnxruntime too old, or signals this monitor does not compute.
+            the pinned one or not signed by a trusted key (TrustError), a field of the wrong
+            type, a hash mismatch, an unknown bundle format, an onnxruntime too old, or signals
+            this monitor does not compute.
     """
     root = Path(path)
     mpath = root / MANIFEST
@@ -203,6 +215,9 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
             f"{mpath}: sha256 is {manifest_sha256}, not the pinned {sha256.strip().lower()} "
             "(--bundle-sha256): the bundle was changed or is not the one you deployed"
         )
+    if trust:  # over the bytes parsed below, read once: no swap between check and use
+        verify_manifest(root, raw, trust)
+        verify = True  # the signature vouches for the hashes; only a check of them covers files
     try:
         manifest = json.loads(raw)
     except ValueError as e:

@@ -6,8 +6,10 @@
                                      interval, drift, flagged_at; the bundle's calibration
 
 A verdict may arrive while the session is open or after it closed (DELETE, expiry, eviction): the
-last `recent_runs` closed sessions are remembered (monitor.feedback); one racing its DELETE is
-taken by the session, before or after its end (never a 404). Answers: 404 for a session or
+last `recent_runs` closed sessions are remembered (monitor.feedback), also across a restart
+(serving/history.py reads them back from the decision log); one racing its DELETE is taken by
+the session, before or after its end (never a 404). Each verdict's log record carries the name of
+the API key that gave it (`key_name`, serving/keys.py). Answers: 404 for a session or
 run neither open nor remembered, 409 for a second verdict of one run, 422 for a bad body. Which
 verdicts count, and why a harness that obeys stops needs shadow runs: monitor/feedback.py.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field
 
 from monitor.decision_log import DecisionLog
@@ -26,8 +28,10 @@ from monitor.feedback import Feedback
 from monitor.policy import PolicyConfig
 from monitor.session import Monitor
 from monitor.textio import json_safe
+from serving.auth import key_name
 from serving.bundle import start_record
 from serving.guard import error
+from serving.history import closed_sessions
 from serving.limits import ServiceConfig
 from serving.sessions import Live, SessionTable
 
@@ -55,6 +59,14 @@ class VerdictFor(VerdictIn):
 def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
     """The Monitor of the service: its decision log (`decision_log` file, line-buffered) and
     its feedback at the scorer's target over the bundle's threshold groups."""
+    # read before this start's record is appended: the sessions a verdict may still name, by
+    # the bundle sha256 the start records carry
+    bundle_sha256 = getattr(getattr(scorer, "bundle", None), "sha256", None)
+    earlier = (
+        closed_sessions(cfg.decision_log, bundle_sha256, cfg.recent_runs)
+        if cfg.decision_log
+        else []
+    )
     sink = open(cfg.decision_log, "a", buffering=1) if cfg.decision_log else None  # noqa: SIM115
     dlog = DecisionLog(sink)
     if sink is not None:
@@ -62,6 +74,8 @@ def service_monitor(scorer: Any, policy: PolicyConfig, cfg: ServiceConfig) -> Mo
     feedback = Feedback.for_scorer(
         scorer, alpha=cfg.drift_alpha, sample=cfg.watch_runs, keep=cfg.recent_runs, log=dlog
     )
+    for outcome in earlier:
+        feedback.closed(outcome)
     return Monitor(policy, scorer=scorer, log=dlog, feedback=feedback)
 
 
@@ -86,11 +100,14 @@ def install(app: FastAPI, *, scorer: Any, table: SessionTable, feedback: Feedbac
     if calibration:
         log.info("thresholds: %s", describe_calibration(calibration))
 
-    def take(live: Live | None, sid: str | None, run: str | None, body: VerdictIn) -> Any:
+    def take(
+        live: Live | None, sid: str | None, run: str | None, body: VerdictIn, request: Request
+    ) -> Any:
+        by = key_name(request)  # the decision log records who gave it (a name, never the key)
         try:
             if live is not None:
                 with live.lock:
-                    done = live.session.verdict(body.resolved, finished=body.finished)
+                    done = live.session.verdict(body.resolved, finished=body.finished, key_name=by)
             else:
                 outcome = feedback.find(session=sid, run=run)
                 if outcome is None:
@@ -100,27 +117,27 @@ def install(app: FastAPI, *, scorer: Any, table: SessionTable, feedback: Feedbac
                         f"unknown {what}: never opened, or closed longer ago than the "
                         f"{feedback.keep} most recent sessions (--recent-runs)",
                     )
-                done = feedback.report(outcome, body.resolved, finished=body.finished)
+                done = feedback.report(outcome, body.resolved, finished=body.finished, key_name=by)
         except VerdictError as e:
             return error(409, str(e))
         return json_safe(done)
 
     @app.post("/v1/sessions/{sid}/verdict")
-    def session_verdict(sid: str, body: VerdictIn) -> Any:
+    def session_verdict(sid: str, body: VerdictIn, request: Request) -> Any:
         """Report a finished run's verdict by its session id (open or recently closed)."""
-        return take(table.get(sid) or table.closing(sid), sid, None, body)
+        return take(table.get(sid) or table.closing(sid), sid, None, body, request)
 
     @app.post("/v1/verdicts")
-    def verdicts(body: VerdictFor) -> Any:
+    def verdicts(body: VerdictFor, request: Request) -> Any:
         """Report a finished run's verdict by `session_id` or by the harness's `run_id`."""
         if (body.session_id is None) == (body.run_id is None):
             return error(422, "give exactly one of `session_id` or `run_id`")
         if body.session_id is not None:
             sid = body.session_id
-            return take(table.get(sid) or table.closing(sid), sid, None, body)
+            return take(table.get(sid) or table.closing(sid), sid, None, body, request)
         assert body.run_id is not None
         found = table.find_run(body.run_id)
-        return take(found[1] if found else None, None, body.run_id, body)
+        return take(found[1] if found else None, None, body.run_id, body, request)
 
     @app.get("/v1/status")
     def status() -> Any:

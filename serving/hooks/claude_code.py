@@ -31,7 +31,9 @@ Claude Code starts a new process per event, so with `--bundle` every event verif
 is an overall deadline for the whole call (connect, send, answer): a service that trickles its
 answer byte by byte cannot hold the hook. Answers and restart packets are the same as with `--bundle` on the same bundle (non-finite
 numbers are written as null in both). A service that is down, slow or answers badly gives no
-output, exit 0 and a `monitor_error` log line on stderr.
+output, exit 0 and a `monitor_error` log line on stderr. A service with API keys
+(`serve --api-key-file`) gets `Authorization: Bearer $FAILFAST_API_KEY`; without the variable, or
+with a key it does not know, it answers 401, which is such a `monitor_error` too.
 
     failfast serve --bundle /path/to/bundle --port 8000     # once, kept running
     {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
@@ -60,6 +62,7 @@ from monitor.errors import Cancelled, TranscriptError
 from monitor.textio import json_safe
 from monitor.types import Decision, Flag, RestartPacket, Trajectory
 from serving.hooks.minisweagent import write_restart
+from serving.keys import client_headers
 from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
 log = logging.getLogger(__name__)
@@ -203,11 +206,17 @@ def decide_remote(
 def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
     """The answer's body, or ServiceError; the whole exchange must end within `timeout` seconds.
 
+    The request carries `Authorization: Bearer $FAILFAST_API_KEY` when the variable is set (a
+    service with `--api-key-file`); a 401 or 403 is a ServiceError like any other.
+
     urllib's timeout bounds each socket operation, so a service that sends a byte every few
     seconds would hold the hook forever; the call runs in a daemon thread and is abandoned at
     the deadline (the process exits right after the hook answers).
     """
     endpoint = request.full_url
+    for name, value in client_headers().items():  # FAILFAST_API_KEY, on every call made here
+        if not request.has_header(name):
+            request.add_header(name, value)
     box: dict[str, Any] = {}
 
     def call() -> None:
@@ -219,7 +228,12 @@ def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
                 box["raw"] = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode(errors="replace")
-            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}")
+            hint = (
+                " (set FAILFAST_API_KEY to a key of the service with the score scope)"
+                if e.code in (401, 403)
+                else ""
+            )
+            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}{hint}")
         except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
             box["error"] = ServiceError(f"{endpoint} unreachable: {getattr(e, 'reason', e)}")
         except Exception as e:  # noqa: BLE001 - reported to the caller like any other failure

@@ -38,6 +38,14 @@ def _pin_arg(p: argparse.ArgumentParser) -> None:
         help="refuse the bundle unless its monitor.json has this sha256 (it lists the sha256 of "
         "every other file); see docs/USAGE.md, trust model",
     )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="PUBKEY",
+        help="refuse the bundle unless monitor.json.sig is a valid signature by this Ed25519 "
+        "public key (failfast keygen; repeat for several keys)",
+    )
 
 
 def _group_args(p: argparse.ArgumentParser) -> None:
@@ -84,6 +92,7 @@ def _load_scorer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         int8=args.int8,
         target=args.target,
         sha256=args.bundle_sha256,
+        trust=args.trust,
     )
 
 
@@ -119,8 +128,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("serve", help="HTTP scoring service (FastAPI + uvicorn)")
     _scorer_args(p)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; one that is not loopback needs --api-key-file (or --insecure-open)",
+    )
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="API keys, one per line: KEY [SCOPES [NAME]], scopes of score,verdict,admin "
+        "(default score); mode 600; every /v1 call and /metrics then needs "
+        "`Authorization: Bearer KEY`; reloaded on SIGHUP (docs/USAGE.md, trust model)",
+    )
+    p.add_argument(
+        "--insecure-open",
+        action="store_true",
+        help="allow a non-loopback --host without --api-key-file (a proxy in front authenticates)",
+    )
     add_flags(p)  # one flag per ServiceConfig limit
     p.set_defaults(func=_serve)
 
@@ -145,7 +171,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle folder (loaded, and the model started, per event)")
     src.add_argument(
-        "--url", help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load)"
+        "--url",
+        help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load); sends "
+        "$FAILFAST_API_KEY as its key when set",
     )
     p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
@@ -262,15 +290,20 @@ def _threshold_text(result, scorer) -> str:  # type: ignore[no-untyped-def]
 
 def _serve(args: argparse.Namespace) -> int:
     from serving.app import create_app
+    from serving.keys import KeyFileError, KeyRing, check_bind, install_reload
     from serving.limits import from_flags
     from serving.server import serve
 
-    try:
+    try:  # the keys and the address are checked before the bundle loads and long before binding
+        keys = KeyRing(args.api_key_file) if args.api_key_file else None
+        check_bind(args.host, keys=keys is not None, insecure_open=args.insecure_open)
         cfg = from_flags(args)
         scorer = _load_scorer(args)
-        app = create_app(scorer, cfg)
-    except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
+        app = create_app(scorer, cfg, keys=keys)
+    except (BundleError, KeyFileError, ValueError, OSError) as e:  # OSError: the decision log
         return _problem(e)
+    if keys is not None:
+        install_reload(keys)  # SIGHUP; serving.server takes SIGTERM and SIGINT only
     print(  # uvicorn at log level warning says nothing once it is up
         f"failfast serve: listening on http://{args.host}:{args.port} (bundle {scorer.bundle.path}, "
         f"target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
@@ -281,7 +314,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout."""
+    """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout.
+
+    So a bundle refused by --trust or --bundle-sha256 is a monitor_error on stderr, not exit 2:
+    the hook then runs the model-free halts (under the default policy with --trust)."""
     from monitor.policy import PolicyConfig
     from serving.bundle import read_policy
     from serving.hooks.claude_code import run_hook
@@ -301,7 +337,8 @@ def _hook(args: argparse.Namespace) -> int:
             scorer = _load_scorer(args)
         except Exception as e:  # noqa: BLE001 - the model-free halts still run
             log.error("failfast hook: monitor_error: %s; model-free halts only", e)
-            policy = PolicyConfig.model_validate(read_policy(args.bundle))
+            # with --trust nothing of an untrusted bundle applies, its budgets neither
+            policy = PolicyConfig.model_validate({} if args.trust else read_policy(args.bundle))
     out = run_hook(
         event,
         scorer,

@@ -57,6 +57,13 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         "on the validation split (splits.json)",
     )
     p.add_argument("--val-max-runs", type=int, default=80, help="validation runs to score (cap)")
+    p.add_argument(
+        "--sign",
+        metavar="KEYFILE",
+        default=None,
+        help="sign monitor.json with this Ed25519 private key (failfast keygen): writes "
+        "monitor.json.sig, which `serve --trust PUBKEY` checks",
+    )
 
     def handler(args: argparse.Namespace) -> int:
         import sys
@@ -66,7 +73,13 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         from training.config import ExportConfig
         from training.export.bundle import write_bundle
         from training.export.quant import quant_auroc_change
+        from training.export.sign import load_private_key, sign_bundle
 
+        try:  # the key is checked before the long export
+            key = load_private_key(args.sign) if args.sign else None
+        except BundleError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         train_dir = Path(args.train_dir) if args.train_dir else None
         model = Path(args.model) if args.model else Path(args.train_dir) / "model"
         cfg = ExportConfig(int8=args.int8, int8_scheme=args.int8_scheme, target=args.target_fpr)
@@ -90,6 +103,9 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
                     f"{k} {v:+.4f}" if v is not None else f"{k} n/a" for k, v in delta.items()
                 )
                 print(f"int8 - fp32 validation AUROC [{group}]: {cells}")
+        if key is not None:
+            sig, kid = sign_bundle(args.out, key)
+            print(f"signed: {sig} (key {kid})")
         print(f"bundle: {args.out}")
         return 0
 
