@@ -11,11 +11,16 @@ Trajectories.
 
 `summary.json`: `{"sources": {NAME: {"runs", "instances", "resolved", "unresolved", "unknown",
 "agent", "median_steps", "median_tokens", "problems"}}, "problems": [{"path", "reason"}],
-"warnings": [...], "runs": N}`.
+"warnings": [...], "runs": N}`. `content.json`: `{"runs": N, "sha256": ...}` over the Arrow files;
+`load_corpus` refuses a corpus whose files differ from it or that holds fewer runs.
+
+The folder is written beside its final place and renamed into it when whole
+(monitor.atomic): a kill mid-ingest leaves the previous corpus as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -25,12 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from monitor.atomic import atomic_dir
 from monitor.errors import TranscriptError
+from monitor.escape import visible
 from monitor.reading import Problem, Scan, read_runs
 from monitor.types import Step, Trajectory
 
 STATE_FILE = "state.json"  # what `save_to_disk` writes beside the Arrow files
 SUMMARY_FILE = "summary.json"
+CONTENT_FILE = "content.json"  # {"runs": N, "sha256": of the Arrow files in state order}
 _SCALARS = (
     "id", "instance_id", "agent", "source", "run", "model", "format", "path", "task",
     "submission", "exit_status",
@@ -113,8 +121,8 @@ class Summary:
             d = s.to_dict()
             rows.append(
                 (
-                    name,
-                    d["agent"],
+                    visible(name),
+                    visible(d["agent"]),
                     *(
                         str(d[k])
                         for k in ("runs", "instances", "resolved", "unresolved", "unknown")
@@ -129,8 +137,9 @@ class Summary:
             rows.append(("(no source)", "", "", "", "", "", "", "", "", str(other)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        lines += [f"problem: {p.path}: {p.reason}" for p in self.problems]
-        lines += [f"warning: {w}" for w in self.warnings]
+        # names from the data are shown with control characters visible: one line each, always
+        lines += [f"problem: {visible(p.path)}: {visible(p.reason)}" for p in self.problems]
+        lines += [f"warning: {visible(w)}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -154,8 +163,6 @@ def ingest(
     Returns:
         The Summary (also written to `out/summary.json`).
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     summary = Summary()
     runs: list[Trajectory] = []
     scanned = Scan()
@@ -181,8 +188,9 @@ def ingest(
             ):
                 s.problems += 1
                 break
-    write_corpus(runs, out)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    with atomic_dir(out) as tmp:  # a kill mid-write leaves the previous corpus whole
+        write_corpus(runs, tmp)
+        (tmp / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
 
 
@@ -264,6 +272,34 @@ def write_corpus(runs: list[Trajectory], out: str | Path) -> None:
         ) from e
     datasets.disable_progress_bars()
     datasets.Dataset(runs_table(runs)).save_to_disk(str(out))
+    record = {"runs": len(runs), "sha256": _content_hash(Path(out))}
+    (Path(out) / CONTENT_FILE).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _content_hash(folder: Path) -> str:
+    """sha256 over the corpus's Arrow files, in the order state.json lists them."""
+    state = json.loads((folder / STATE_FILE).read_text())
+    h = hashlib.sha256()
+    for entry in state["_data_files"]:
+        with open(folder / entry["filename"], "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _recorded(folder: Path) -> tuple[int | None, str | None]:
+    """(runs, content hash) the writer recorded: content.json, else summary.json's run count
+    (corpora written before content.json existed), else (None, None)."""
+    for name, hashed in ((CONTENT_FILE, True), (SUMMARY_FILE, False)):
+        try:
+            rec = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        runs = rec.get("runs") if isinstance(rec, dict) else None
+        if isinstance(runs, int):
+            sha = rec.get("sha256") if hashed else None
+            return runs, sha if isinstance(sha, str) else None
+    return None, None
 
 
 def is_corpus(path: str | Path) -> bool:
@@ -293,10 +329,22 @@ def load_corpus(path: str | Path) -> list[Trajectory]:
         TranscriptError: when the corpus is missing or unreadable.
     """
     folder = Path(path)
+    want, sha = _recorded(folder)
     try:
+        if sha is not None and _content_hash(folder) != sha:
+            raise ValueError(
+                f"its Arrow files differ from what was written ({CONTENT_FILE} sha256); "
+                "re-run `failfast ingest`"
+            )
         rows = _read_table(folder).to_pylist()
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TranscriptError(folder, f"cannot read corpus: {e}") from e
+    if want is not None and len(rows) != want:
+        raise TranscriptError(
+            folder,
+            f"cannot read corpus: {len(rows)} runs found, {want} recorded (a truncated or "
+            "damaged data file); re-run `failfast ingest`",
+        )
     runs = []
     for row in rows:
         for step in row["steps"]:

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
+from monitor.escape import prom_label
 from monitor.types import Decision
 
 logger = logging.getLogger("failfast.decisions")
@@ -139,11 +140,12 @@ class DecisionLog:
         ]
         with self._lock:
             for (action, reason), n in sorted(self.decisions.items()):
-                lines.append(f'failfast_decisions_total{{action="{action}",reason="{reason}"}} {n}')
+                a, r = prom_label(action), prom_label(reason)
+                lines.append(f'failfast_decisions_total{{action="{a}",reason="{r}"}} {n}')
             lines += [
                 "# HELP failfast_flags_total Review flags raised, by flag.",
                 "# TYPE failfast_flags_total counter",
             ]
             for name, n in sorted(self.flags.items()):
-                lines.append(f'failfast_flags_total{{flag="{name}"}} {n}')
+                lines.append(f'failfast_flags_total{{flag="{prom_label(name)}"}} {n}')
         return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
+from monitor.escape import prom_label
 from monitor.protocols import Scorer
 from monitor.thresholds import DEFAULT_TARGET, group_name
 
@@ -161,7 +162,12 @@ class Feedback:
     # --- verdicts ---------------------------------------------------------------------------
 
     def report(
-        self, outcome: RunOutcome, resolved: bool, *, finished: bool | None = None
+        self,
+        outcome: RunOutcome,
+        resolved: bool,
+        *,
+        finished: bool | None = None,
+        key_name: str | None = None,
     ) -> dict[str, Any]:
         """Take one run's verdict: count it in its group's watch when it is in the sample (long:
         the check, the count and the drift flag happen under one lock hold).
@@ -171,6 +177,7 @@ class Feedback:
             resolved: the run's verdict.
             finished: the run went on to its own end; None: inferred (a stopped run finished
                 only when steps came after its stop, or it is a shadow run).
+            key_name: the name of the API key that gave the verdict (logged; never the key).
 
         Returns:
             What was done: group, counted (and why not), stopped, the group's watch, and
@@ -239,6 +246,7 @@ class Feedback:
                     "steps": outcome.steps,
                     "shadow": outcome.shadow,
                     "counted": why is None,
+                    **({"key_name": key_name} if key_name else {}),
                 }
             )
         return result
@@ -314,7 +322,7 @@ class Feedback:
             for g, row in rows.items():
                 v = row[i]
                 lines.append(
-                    f'{name}{{group="{g}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
+                    f'{name}{{group="{prom_label(g)}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
                 )
         lines += [
             "# HELP failfast_verdicts_total Verdicts received by group and outcome "
@@ -324,5 +332,7 @@ class Feedback:
         for g in self.groups:
             for label in ("resolved", "unresolved", "not_counted"):
                 n = verdicts.get((g, label), 0)
-                lines.append(f'failfast_verdicts_total{{group="{g}",outcome="{label}"}} {n}')
+                lines.append(
+                    f'failfast_verdicts_total{{group="{prom_label(g)}",outcome="{label}"}} {n}'
+                )
         return "\n".join(lines) + "\n"

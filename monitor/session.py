@@ -23,8 +23,8 @@ to the Monitor's feedback (monitor.feedback: realized FPR per agent and the drif
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -181,8 +181,10 @@ class Session:
 
     def check(self) -> Decision:
         """Before a model call: stop if the call could take a budget past its cap."""
-        if self.stopped is not None:
-            return self.stopped
+        if self.stopped is not None:  # the same decision until a step comes after the stop
+            return (
+                self.stopped if self.k == self.stopped.step else self._after_stop(self.k, None, [])
+            )
         values = self.values()
         hits = self.config.budget.before_call(values, self._last)
         if hits:
@@ -200,7 +202,7 @@ class Session:
         k = int(values["steps"])
         self._last = {s: values[s] - before[s] for s in ("tokens", "cost_usd")}
         if step.is_error and step.observation:
-            self._last_error = _last_line(step.observation)
+            self._last_error = error_line(step.observation)
         flags = self._flags(step, k)
         score: float | None = None
         failed = False
@@ -213,7 +215,7 @@ class Session:
         self.scores.append(score)
         self.tokens.append(step.tokens)
         if self.stopped is not None:
-            return dataclasses.replace(self.stopped, flags=flags) if flags else self.stopped
+            return self._after_stop(k, score, flags)
         threshold, warn_threshold = self._thresholds()
 
         hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
@@ -265,6 +267,15 @@ class Session:
                 raise Cancelled(f"stopped replaying {self.run or 'the run'} at step {k}")
             before = self.check() if check and self.stopped is None else None
             yield before, self.observe(step)
+
+    def _after_stop(self, k: int, score: float | None, flags: list[Flag]) -> Decision:
+        """A step after the stop: still "stop" (same reason, threshold and restart packet: the run
+        should have ended), but this step's number and score, and `stopped_at_step` in the
+        evidence, so a harness that goes on (a shadow run) sees the scores go on too."""
+        first = self.stopped
+        assert first is not None
+        ev = {**first.evidence, "stopped_at_step": first.step}
+        return Decision("stop", first.reason, score, first.threshold, k, ev, flags, first.restart)
 
     def guard_call(self, name: str, args: Any) -> int:
         """How many times this call (normalised) was already made in this run.
@@ -327,7 +338,9 @@ class Session:
         o.stop_reason = self.stopped.reason if self.stopped else None
         return o
 
-    def verdict(self, resolved: bool, *, finished: bool | None = None) -> dict[str, Any]:
+    def verdict(
+        self, resolved: bool, *, finished: bool | None = None, key_name: str | None = None
+    ) -> dict[str, Any]:
         """Report the run's verdict (after the run; before or after `end`) to the feedback.
 
         Args:
@@ -343,7 +356,7 @@ class Session:
         """
         if self.feedback is None:
             raise VerdictError("this session reports to no feedback (open it from a Monitor)")
-        return self.feedback.report(self.outcome(), resolved, finished=finished)
+        return self.feedback.report(self.outcome(), resolved, finished=finished, key_name=key_name)
 
     def _flags(self, step: Step, k: int) -> list[Flag]:
         tr = self.tracker
@@ -373,7 +386,7 @@ class Session:
         packet = RestartPacket(
             diff=self.diff,
             summary=self.summary(reason, values),
-            task=self.task if reason == "context_thrash" else "",
+            task=self.task,  # the packet alone must be enough to start the fresh run
         )
         k = int(values["steps"])
         decision = Decision("stop", reason, score, threshold, k, evidence, flags or [], packet)
@@ -411,9 +424,19 @@ class Session:
         return " ".join(parts)
 
 
-def _last_line(text: str, limit: int = 160) -> str:
-    for line in reversed(text[-2000:].splitlines()):
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
+# An exception line ("ValueError: ...", pytest's "E   KeyError: 'x'"), then a failed test id.
+_EXCEPTION = re.compile(
+    r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b"
+)
+_FAILED = re.compile(r"^(?:FAILED|ERROR)\b")
+
+
+def error_line(text: str, limit: int = 160) -> str:
+    """The line of an error output that names the error: the last exception line, else the last
+    FAILED/ERROR line (pytest), else the last non-empty line ("1 failed in 0.12s" says less)."""
+    lines = [ln.strip() for ln in text[-4000:].splitlines() if ln.strip()]
+    pick = next((ln for ln in reversed(lines) if _EXCEPTION.match(ln)), None)
+    pick = pick or next((ln for ln in reversed(lines) if _FAILED.match(ln)), None)
+    pick = pick or (lines[-1] if lines else "")
+    pick = pick.removeprefix("E ").strip() if pick.startswith("E ") else pick
+    return pick if len(pick) <= limit else pick[: limit - 1] + "…"

@@ -92,7 +92,8 @@ class Thresholds:
         stop: stop threshold on the score (inf: no stop by score, warn only).
         warn: warn threshold on the score (inf: never warns by score).
         origin: where the stop threshold came from: "agent" (the group's own), "pooled",
-            "pooled-unknown-agent" (a group never calibrated) or "refused".
+            "pooled-unknown-agent" (a group never calibrated), "refused" (the group's target is
+            not certified) or "unknown-group" (fallback none, a group the table does not hold).
     """
 
     stop: float
@@ -148,8 +149,9 @@ class ThresholdTable(StrictModel):
         The agent's own stop threshold when it has one for the target; else, with fallback
         "pooled", the pooled one (origin "pooled", or "pooled-unknown-agent", with a warning,
         for an agent never calibrated), and with fallback "none" no stop by score (inf, origin
-        "refused": an uncertified target is refused, not promised); refused everywhere: no stop
-        by score. The warn threshold is the agent's own when it was calibrated, else the pooled
+        "refused" for a calibrated group whose target is not certified, "unknown-group" for a
+        group the table does not hold); refused everywhere: no stop by score. The warn threshold
+        is the agent's own when it was calibrated, else the pooled
         one.
         """
         own = self.groups.get(agent) if agent is not None else None
@@ -167,7 +169,8 @@ class ThresholdTable(StrictModel):
         if own is not None and (t := own.stop_at(target)) is not None:
             return Thresholds(t, warn, "agent")
         if self.fallback == "none" and agent is not None:
-            return Thresholds(math.inf, warn, "refused")
+            # a group never calibrated is not "refused" (nothing was asked of it): say which
+            return Thresholds(math.inf, warn, "refused" if own is not None else "unknown-group")
         if (t := self.pooled.stop_at(target)) is not None:
             origin = "pooled" if own is not None or agent is None else "pooled-unknown-agent"
             return Thresholds(t, warn, origin)

@@ -172,7 +172,7 @@ class RestartPacket:
 
     diff: str = ""
     summary: str = ""
-    task: str = ""  # filled when the restart must carry the task again (context_thrash)
+    task: str = ""  # the session's task (empty when it was opened without one)
 
 
 @dataclass

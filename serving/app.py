@@ -10,6 +10,8 @@
     GET    /v1/status                  realized FPR per group and drift (serving/verdicts.py)
     GET    /healthz, GET /metrics      liveness; Prometheus text (decisions by reason, latency)
 
+With API keys (`keys`, serving/auth.py) every call but /healthz and the OpenAPI pages carries
+`Authorization: Bearer KEY`: none or an unknown key 401, a key without the route's scope 403.
 OpenAPI is served at /openapi.json and /docs. Every error body is {"error": message}: bad JSON
 or base64 400, invalid fields (non-finite numbers, negative token counts, a bad file name) 422,
 unknown sessions 404, a body or transcript over its limit 413, a body not received in time 408,
@@ -32,7 +34,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
+from serving.auth import RequireKey
 from serving.guard import Guard, error
+from serving.keys import KeyRing
 from serving.limits import ServiceConfig
 from serving.routes import score, sessions, status, verdicts
 from serving.schemas import ScoreRequest, SessionRequest, StepIn, steps_over
@@ -42,7 +46,11 @@ __all__ = ["ScoreRequest", "ServiceConfig", "SessionRequest", "StepIn", "create_
 
 
 def create_app(
-    scorer: Scorer, config: ServiceConfig | None = None, policy: PolicyConfig | None = None
+    scorer: Scorer,
+    config: ServiceConfig | None = None,
+    policy: PolicyConfig | None = None,
+    *,
+    keys: KeyRing | None = None,
 ) -> FastAPI:
     """The FastAPI app over a loaded scorer (serving.Scorer, or any monitor.protocols.Scorer).
 
@@ -50,8 +58,9 @@ def create_app(
         scorer: what scores the runs.
         config: service limits.
         policy: decision policy; None: the bundle's.
+        keys: API keys every call but /healthz must carry (serving/auth.py); None: no keys.
     """
-    state = AppState.build(scorer, config or ServiceConfig(), policy)
+    state = AppState.build(scorer, config or ServiceConfig(), policy, keys=keys)
     app = FastAPI(
         title="failfast-monitor",
         description="Early-failure monitor for coding agents: scores and continue/warn/stop decisions.",
@@ -69,6 +78,9 @@ def create_app(
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _invalid_answer(exc.errors(), state.cfg.max_score_steps)
 
+    app.state.sessions = state.table  # closed at shutdown by serving.server (their end records)
+    if keys is not None:  # inside Guard: refusals are timed and counted by status there too
+        app.add_middleware(RequireKey, keys=keys, refusals=state.refusals)
     app.add_middleware(
         Guard,
         max_body_bytes=state.cfg.max_body_bytes,

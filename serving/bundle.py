@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from monitor.errors import BundleError
 from monitor.protocols import Scorer as ScorerProtocol
 from monitor.thresholds import Thresholds, ThresholdTable
 from serving.manifest import BUNDLE_FORMAT, MANIFEST, Manifest, read_manifest, sha256_file
+from serving.trust import verify_manifest
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -156,7 +158,13 @@ def start_record(scorer: ScorerProtocol) -> dict[str, Any]:
     }
 
 
-def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = None) -> Bundle:
+def load_bundle(
+    path: str | Path,
+    *,
+    verify: bool = True,
+    sha256: str | None = None,
+    trust: Sequence[str | Path] = (),
+) -> Bundle:
     """Load and check a bundle folder.
 
     Args:
@@ -165,11 +173,14 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
         sha256: the expected sha256 (hex) of monitor.json, pinned by whoever deploys the
             bundle; None: not checked. The file hashes inside monitor.json only detect
             corruption; the pin also detects a bundle whose hashes were recomputed after a change.
+        trust: public key files (`--trust`); when given, monitor.json must carry a signature of
+            one of them (serving/trust.py) and every file's hash is checked.
 
     Raises:
         BundleError: missing folder/files, unreadable monitor.json, a monitor.json other than
-            the pinned one, a field of the wrong type, a hash mismatch, an unknown bundle
-            format, an onnxruntime too old, or signals this monitor does not compute.
+            the pinned one or not signed by a trusted key (TrustError), a field of the wrong
+            type, a hash mismatch, an unknown bundle format, an onnxruntime too old, or signals
+            this monitor does not compute.
     """
     root = Path(path)
     mpath = root / MANIFEST
@@ -185,6 +196,9 @@ def load_bundle(path: str | Path, *, verify: bool = True, sha256: str | None = N
             f"{mpath}: sha256 is {manifest_sha256}, not the pinned {sha256.strip().lower()} "
             "(--bundle-sha256): the bundle was changed or is not the one you deployed"
         )
+    if trust:  # over the bytes parsed below, read once: no swap between check and use
+        verify_manifest(root, raw, trust)
+        verify = True  # the signature vouches for the hashes; only a check of them covers files
     manifest = read_manifest(raw, mpath, bundle_format=BUNDLE_FORMAT)
     import onnxruntime
 

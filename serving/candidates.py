@@ -21,12 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from serving.live import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
+
 STEP_LIMIT = "step_limit"
 TOKEN_LIMIT = "token_limit"
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
 
 
 def _logit(p: np.ndarray) -> np.ndarray:

@@ -136,17 +136,52 @@ class Guard:
         return None, replay
 
 
-def header_timeout_protocol(seconds: float) -> type:
+def header_timeout_protocol(seconds: float, write_timeout: float | None = None) -> type:
     """A uvicorn h11 protocol class that closes a connection when a request's line and headers
-    have not all arrived `seconds` after the connection opened or the previous response ended.
+    have not all arrived `seconds` after the connection opened or the previous response ended,
+    and (with `write_timeout`) aborts one whose client leaves a response unread longer than that
+    in all (the time the transport's buffer stays over its high-water mark, summed per response).
 
     uvicorn's own keep-alive timer is cancelled by the first byte of a request, so a client that
-    trickles its headers (or sends none after one byte) holds the connection forever.
+    trickles its headers (or sends none after one byte) holds the connection forever; and it has
+    no write timeout: a client that stops reading an 8 MB answer held its task, its buffer and a
+    SIGTERM'd process for good. `abort()`, not `close()`: close waits for the buffer to drain.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutProtocol(H11Protocol):  # type: ignore[misc]
         _header_timer: Any = None
+        _write_timer: Any = None
+        _stalled = 0.0  # seconds this response has waited on the client to read
+        _paused_at: float | None = None
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if write_timeout is not None and self._write_timer is None:
+                self._paused_at = self.loop.time()
+                left = max(0.0, write_timeout - self._stalled)
+                self._write_timer = self.loop.call_later(left, self._write_too_slow)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._disarm_write()
+
+        def _disarm_write(self) -> None:
+            if self._paused_at is not None:
+                self._stalled += self.loop.time() - self._paused_at
+                self._paused_at = None
+            if self._write_timer is not None:
+                self._write_timer.cancel()
+                self._write_timer = None
+
+        def _write_too_slow(self) -> None:
+            self._write_timer = None
+            log.info(
+                "dropping %s: a response left unread for %g s (--write-timeout-seconds)",
+                self.client,
+                write_timeout,
+            )
+            self.transport.abort()
 
         def _arm(self) -> None:
             self._disarm()
@@ -174,6 +209,7 @@ def header_timeout_protocol(seconds: float) -> type:
             super().handle_events()
             if self.cycle is not before:  # a request's headers arrived: the app has it now
                 self._disarm()
+                self._stalled = 0.0  # a new response: its own write budget
 
         def on_response_complete(self) -> None:
             self._arm()  # before super(): a pipelined request handled there disarms it again
@@ -183,6 +219,7 @@ def header_timeout_protocol(seconds: float) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_write()
             super().connection_lost(exc)
 
     return HeaderTimeoutProtocol

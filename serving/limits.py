@@ -92,6 +92,19 @@ class ServiceConfig(StrictModel):
         description="Open connections plus requests in progress; beyond, uvicorn answers 503 "
         "(`failfast serve` only).",
     )
+    write_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long, summed over one response, a client may leave it unread (the "
+        "server's send buffer full) before the connection is dropped (`failfast serve` only).",
+    )
+    shutdown_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="On SIGTERM or SIGINT: requests in progress get this long to finish, then "
+        "they are cancelled, every open session's end record is logged and the process exits "
+        "(`failfast serve` only).",
+    )
     decision_log: str | None = Field(
         default=None,
         description="Append to this file one JSON line per decision that is not a plain "

@@ -27,7 +27,7 @@ class KVScoreSession:
     Attributes:
         threshold: stop threshold for the session's agent (inf: no stop by score).
         warn_threshold: warn threshold for the session's agent.
-        threshold_origin: "agent", "pooled", "pooled-unknown-agent" or "refused".
+        threshold_origin: "agent", "pooled", "pooled-unknown-agent", "refused" or "unknown-group".
         k: steps observed.
         tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
     """

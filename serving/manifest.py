@@ -18,6 +18,7 @@ from monitor.errors import BundleError
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
 from monitor.thresholds import DEFAULT_TARGET, ThresholdTable
+from serving.trust import SIGNATURE
 
 MANIFEST = "monitor.json"
 BUNDLE_FORMAT = 2
@@ -119,11 +120,12 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under `root` except monitor.json, keyed by POSIX relative path."""
+    """sha256 of every file under `root` except monitor.json and its signature, keyed by POSIX
+    relative path."""
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.relative_to(root).as_posix() != MANIFEST
+        if p.is_file() and p.relative_to(root).as_posix() not in (MANIFEST, SIGNATURE)
     }
 
 

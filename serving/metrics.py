@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 
+from monitor.escape import prom_label
 from monitor.protocols import Batcher
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -44,13 +45,14 @@ class Histogram:
         """The histogram in Prometheus text format (cumulative buckets)."""
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
         with self._lock:
-            for label, counts in sorted(self._counts.items()):
+            for raw, counts in sorted(self._counts.items()):
+                label = prom_label(raw)
                 acc = 0
                 for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
                     acc += n
                     le = "+Inf" if bound == float("inf") else f"{bound:g}"
                     lines.append(f'{self.name}_bucket{{{label_name}="{label}",le="{le}"}} {acc}')
-                lines.append(f'{self.name}_sum{{{label_name}="{label}"}} {self._sum[label]:.6f}')
+                lines.append(f'{self.name}_sum{{{label_name}="{label}"}} {self._sum[raw]:.6f}')
                 lines.append(f'{self.name}_count{{{label_name}="{label}"}} {acc}')
         return "\n".join(lines) + "\n"
 
@@ -72,7 +74,7 @@ class Counter:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
         with self._lock:
             for label, n in sorted(self._values.items()):
-                lines.append(f'{self.name}{{{label_name}="{label}"}} {n}')
+                lines.append(f'{self.name}{{{label_name}="{prom_label(label)}"}} {n}')
         return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,8 @@ class RunResult:
 
     Attributes:
         scores: element k-1 = P(unresolved | steps 1..k).
-        decisions: the Decision after each step (the stop decision repeats once stopped).
+        decisions: the Decision after each step (after a stop: "stop" again, with that step's
+            score and `stopped_at_step` in its evidence).
         stop: the first stop decision, None when the run was never stopped.
         threshold, warn_threshold: the thresholds used; threshold_origin says where from.
     """

@@ -9,8 +9,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
+from monitor.escape import check_name
 from monitor.types import Step
 from serving.transcripts import safe_filename
+
+
+def _name(v: str | None) -> str | None:
+    """A client-given name (agent, source, run id) obeys monitor.escape.check_name (422)."""
+    if v is not None and (why := check_name(v)) is not None:
+        raise ValueError(f"not a usable name: {why}")
+    return v
+
+
+def _run_id(v: str) -> str:
+    """A harness run id: as `_name`, up to the 1,000 characters a verdict's run_id may have."""
+    if (why := check_name(v, max_length=1000)) is not None:
+        raise ValueError(f"not a usable run id: {why}")
+    return v
 
 
 class StepIn(BaseModel):
@@ -64,6 +79,8 @@ class ScoreRequest(BaseModel):
     )
     all_decisions: bool = Field(False, description="Return the Decision after every step.")
 
+    _names = field_validator("agent", "source")(staticmethod(_name))
+
     @field_validator("filename")
     @classmethod
     def _plain_name(cls, v: str) -> str:
@@ -95,6 +112,9 @@ class SessionRequest(BaseModel):
         description="The harness will not obey this run's stops (a shadow run: its verdict "
         "measures the false-positive rate).",
     )
+
+    _names = field_validator("agent", "source")(staticmethod(_name))
+    _run = field_validator("run")(staticmethod(_run_id))
 
 
 def steps_over(errors: Sequence[Any]) -> int | None:

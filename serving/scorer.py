@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,17 +123,19 @@ class Scorer:
         target: float | None = None,
         verify: bool = True,
         sha256: str | None = None,
+        trust: Sequence[str | Path] = (),
     ) -> Scorer:
         """Load a bundle folder (hashes and versions checked) and open its graphs.
 
         Args:
             sha256: the pinned sha256 of the bundle's monitor.json (see `load_bundle`).
+            trust: public key files one of which must have signed the bundle (`load_bundle`).
 
         Raises:
             BundleError: the bundle is missing files, corrupt, of another version, not the
                 pinned one, or a graph or the tokenizer cannot be loaded.
         """
-        loaded = load_bundle(bundle, verify=verify, sha256=sha256)
+        loaded = load_bundle(bundle, verify=verify, sha256=sha256, trust=trust)
         try:
             return cls(loaded, threads=threads, int8=int8, target=target)
         except BundleError:

@@ -73,6 +73,7 @@ class SessionTable:
         self.idle_seconds = idle_seconds
         self.evict_idle_seconds = evict_idle_seconds
         self._live: dict[str, Live] = {}
+        self._closing: dict[str, Live] = {}  # taken out by `close`, its end not yet logged
         self._reserved: Counter[str] = Counter()  # slots taken by sessions being opened
         self._lock = threading.Lock()
         self.evicted = 0
@@ -162,6 +163,34 @@ class SessionTable:
     def pop(self, sid: str) -> Live | None:
         with self._lock:
             return self._live.pop(sid, None)
+
+    def close(self, sid: str) -> Live | None:
+        """Take `sid` out and close it (`on_close`); None when it is not open. While it closes
+        it stays findable through `closing`, so a verdict racing the close reaches the session
+        instead of a 404 (the session's lock orders the two)."""
+        with self._lock:
+            live = self._live.pop(sid, None)
+            if live is None:
+                return None
+            self._closing[sid] = live
+        try:
+            self._closed([(sid, live)])
+        finally:
+            with self._lock:
+                self._closing.pop(sid, None)
+        return live
+
+    def closing(self, sid: str) -> Live | None:
+        """A session being closed right now (see `close`), or None."""
+        with self._lock:
+            return self._closing.get(sid)
+
+    def drain(self) -> list[tuple[str, Live]]:
+        """Take every open session out of the table (shutdown); closing is the caller's."""
+        with self._lock:
+            gone = list(self._live.items())
+            self._live.clear()
+        return gone
 
     def find_run(self, run: str) -> tuple[str, Live] | None:
         """The open session of harness run id `run` (the latest opened when several share it)."""

@@ -11,6 +11,8 @@ from fastapi import HTTPException, Request
 from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
 from monitor.session import Monitor
+from serving.auth import Refusals
+from serving.keys import KeyRing
 from serving.limits import ServiceConfig
 from serving.metrics import Counter, Histogram
 from serving.sessions import Live, SessionTable
@@ -38,10 +40,19 @@ class AppState:
         )
     )
     started: float = field(default_factory=time.time)
+    keys: KeyRing | None = None
+    """The API keys every call but /healthz must carry (serving/auth.py); None: no keys."""
+    refusals: Refusals = field(default_factory=Refusals)
+    """Calls refused for want of a key or a scope (counted only with keys)."""
 
     @classmethod
     def build(
-        cls, scorer: Scorer, cfg: ServiceConfig, policy: PolicyConfig | None = None
+        cls,
+        scorer: Scorer,
+        cfg: ServiceConfig,
+        policy: PolicyConfig | None = None,
+        *,
+        keys: KeyRing | None = None,
     ) -> AppState:
         """The state over `scorer` (its policy unless `policy`), with batching turned on."""
         monitor = service_monitor(scorer, policy or PolicyConfig.model_validate(scorer.policy), cfg)
@@ -53,7 +64,8 @@ class AppState:
             on_close=close_session,
         )
         scorer.enable_batching(cfg.batch_window_ms / 1000, cfg.max_batch)
-        return cls(scorer, cfg, monitor, table, threading.BoundedSemaphore(cfg.max_concurrent))
+        slots = threading.BoundedSemaphore(cfg.max_concurrent)
+        return cls(scorer, cfg, monitor, table, slots, keys=keys)
 
     def client_of(self, request: Request) -> str:
         """Who a request comes from: the trusted client header when configured, else the peer."""

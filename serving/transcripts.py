@@ -17,7 +17,7 @@ from pathlib import Path
 
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.formats import FORMATS
-from monitor.textio import GZIP_MAGIC, read_bytes, strip_gz
+from monitor.textio import GZIP_MAGIC, read_bytes
 from monitor.types import Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
@@ -101,11 +101,9 @@ def read_transcript(
     if max_bytes is not None and p.is_file():
         with open(p, "rb") as f:
             gzipped = f.read(2) == GZIP_MAGIC
-        if gzipped:  # inflate under the limit, then read the plain bytes
-            data = gunzip_capped(p.read_bytes(), max_bytes, name=p)
-            traj = read_transcript_bytes(data, fmt=fmt, filename=strip_gz(p.name))
-            traj.path = str(p)
-            return traj
+        if gzipped:  # measured under the limit first; then read in place (readers take X.gz)
+            # so the run keeps the source and id its folders give it (not the temporary folder's)
+            gunzip_capped(p.read_bytes(), max_bytes, name=p)
     if fmt is not None:
         return FORMATS[fmt].read(p)
     head = b"" if p.is_dir() else read_bytes(p)[:HEAD_BYTES]

@@ -2,7 +2,10 @@
 (serving/routes/verdicts.py), closing sessions.
 
 A verdict may arrive while the session is open or after it closed (DELETE, expiry, eviction): the
-last `recent_runs` closed sessions are remembered (monitor.feedback). Answers: 404 for a session or
+last `recent_runs` closed sessions are remembered (monitor.feedback), also across a restart
+(serving/history.py reads them back from the decision log); one racing its DELETE is taken by
+the session, before or after its end (never a 404). Each verdict's log record carries the name of
+the API key that gave it (`key_name`, serving/keys.py). Answers: 404 for a session or
 run neither open nor remembered, 409 for a second verdict of one run, 422 for a bad body. Which
 verdicts count, and why a harness that obeys stops needs shadow runs: monitor/feedback.py.
 """
@@ -20,6 +23,7 @@ from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
 from monitor.session import Monitor
 from serving.bundle import start_record
+from serving.history import closed_sessions
 from serving.limits import ServiceConfig
 from serving.sessions import Live
 
@@ -47,12 +51,22 @@ class VerdictFor(VerdictIn):
 def service_monitor(scorer: Scorer, policy: PolicyConfig, cfg: ServiceConfig) -> Monitor:
     """The Monitor of the service: its decision log (`decision_log` file, line-buffered) and
     its feedback at the scorer's target over the bundle's threshold groups."""
+    # read before this start's record is appended: the sessions a verdict may still name, by
+    # the bundle sha256 the start records carry
+    bundle_sha256 = scorer.bundle.sha256 if scorer.bundle is not None else None
+    earlier = (
+        closed_sessions(cfg.decision_log, bundle_sha256, cfg.recent_runs)
+        if cfg.decision_log
+        else []
+    )
     dlog = DecisionLog.append_to(
         cfg.decision_log, start_record(scorer) if cfg.decision_log else None
     )
     feedback = Feedback.for_scorer(
         scorer, alpha=cfg.drift_alpha, sample=cfg.watch_runs, keep=cfg.recent_runs, log=dlog
     )
+    for outcome in earlier:
+        feedback.closed(outcome)
     calibration = scorer.bundle.calibration if scorer.bundle is not None else None
     if calibration:
         log.info("thresholds: %s", describe_calibration(calibration))

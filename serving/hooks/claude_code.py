@@ -4,14 +4,18 @@ Claude Code runs `failfast hook claude-code --bundle DIR` (or `--url URL`) for t
 events with a JSON event on stdin (`session_id`, `transcript_path` (the session's JSONL log), `hook_event_name`,
 and for PreToolUse `tool_name` / `tool_input`). The hook answers on stdout, exit code 0:
 
-- stop: `{"continue": false, "stopReason": ..., "systemMessage": ...}` (Claude stops), plus for
-  PreToolUse `hookSpecificOutput{hookEventName, permissionDecision: "deny",
-  permissionDecisionReason}` so the pending tool call does not run. The restart packet is written
+- stop: `{"continue": false, "stopReason": ...}` (Claude stops and shows the reason once:
+  the headline, then what the run tried and its last error), plus for PreToolUse
+  `hookSpecificOutput{hookEventName, permissionDecision: "deny", permissionDecisionReason}` (the
+  headline only) so the pending tool call does not run. The restart packet is written
   beside the transcript (`<transcript>.failfast-restart.json`).
 - warn: `{"systemMessage": ...}` (shown to the user; the run goes on).
 - continue, or any failure of the monitor itself: no output (never blocks the session).
   A bundle that cannot be loaded still leaves the model-free halts (stuck loops, and the
   budgets of its monitor.json when that can be read): a stop from them is answered as above.
+
+`--agent` / `--source` name the agent the model reads and the threshold group (a source-keyed
+bundle finds a Claude Code run only under the name it was calibrated with: `--source NAME`).
 
 The transcript must be a regular file (a FIFO or /dev/zero is refused) of at most `--max-bytes`
 bytes and `--max-steps` steps; past that the hook logs monitor_error and says nothing.
@@ -27,7 +31,9 @@ Claude Code starts a new process per event, so with `--bundle` every event verif
 is an overall deadline for the whole call (connect, send, answer): a service that trickles its
 answer byte by byte cannot hold the hook. Answers and restart packets are the same as with `--bundle` on the same bundle (non-finite
 numbers are written as null in both). A service that is down, slow or answers badly gives no
-output, exit 0 and a `monitor_error` log line on stderr.
+output, exit 0 and a `monitor_error` log line on stderr. A service with API keys
+(`serve --api-key-file`) gets `Authorization: Bearer $FAILFAST_API_KEY`; without the variable, or
+with a key it does not know, it answers 401, which is such a `monitor_error` too.
 
     failfast serve --bundle /path/to/bundle --port 8000     # once, kept running
     {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
@@ -46,17 +52,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import TranscriptError
+from monitor.errors import Cancelled, TranscriptError
 from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
 from monitor.textio import json_safe
 from monitor.types import Decision, Flag, RestartPacket, Trajectory
 from serving.hooks.minisweagent import write_restart
+from serving.keys import client_headers
 from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
 log = logging.getLogger(__name__)
@@ -82,13 +90,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
     )
     if decision.stop:
         summary = decision.restart.summary if decision.restart else ""
-        reason = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}. {summary}".strip()
-        out: dict[str, Any] = {"continue": False, "stopReason": reason, "systemMessage": reason}
+        summary = summary.removeprefix(  # the headline already says it
+            f"Stopped after {decision.step} steps ({decision.reason})."
+        ).strip()
+        head = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}."
+        # Claude Code shows stopReason to the user; a systemMessage would show it a second time,
+        # and the denied tool call's reason (read by the model) only needs the headline.
+        out: dict[str, Any] = {"continue": False, "stopReason": f"{head} {summary}".strip()}
         if name == "PreToolUse":
             out["hookSpecificOutput"] = {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
-                "permissionDecisionReason": reason,
+                "permissionDecisionReason": head,
             }
         return out
     if decision.action == "warn":
@@ -99,9 +112,18 @@ def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
 
 
 def read_run(
-    event: dict[str, Any], *, max_bytes: int = MAX_TRANSCRIPT_BYTES, max_steps: int = MAX_STEPS
+    event: dict[str, Any],
+    *,
+    max_bytes: int = MAX_TRANSCRIPT_BYTES,
+    max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Trajectory:
-    """The event's transcript (a regular file within the limits); TranscriptError otherwise."""
+    """The event's transcript (a regular file within the limits); TranscriptError otherwise.
+
+    `agent` (default "claude-code") is the name the model reads in its header; `source` the
+    threshold group of a source-keyed bundle (default: the transcript's folder name, which no
+    bundle is calibrated for: pass the name given to `failfast calibrate --agent`)."""
     from monitor.errors import TranscriptTooLarge
     from serving.transcripts import read_transcript
 
@@ -110,7 +132,9 @@ def read_run(
         raise TranscriptTooLarge(
             traj.path, f"{len(traj.steps)} steps, over the limit of {max_steps} (--max-steps)"
         )
-    traj.agent = traj.agent or AGENT
+    traj.agent = agent or traj.agent or AGENT
+    if source:
+        traj.source = source
     return traj
 
 
@@ -121,15 +145,20 @@ def decide(
     policy: PolicyConfig | None = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    deadline: float | None = None,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Score the event's transcript and replay the policy; the first stop, else the last decision.
 
     `scorer` None: the model-free halts only, under `policy` (a PolicyConfig; None: defaults).
+    `deadline`: a time.monotonic() past which scoring stops (monitor.errors.Cancelled).
     """
     from serving.runs import score_transcript
 
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
-    return score_transcript(scorer, traj, policy=policy).final
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
+    cancelled = None if deadline is None else (lambda: time.monotonic() > deadline)
+    return score_transcript(scorer, traj, policy=policy, cancelled=cancelled).final
 
 
 class ServiceError(RuntimeError):
@@ -143,6 +172,8 @@ def decide_remote(
     timeout: float = 5.0,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> Decision:
     """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
 
@@ -151,13 +182,15 @@ def decide_remote(
             (one deadline for connect, send and the whole answer), answers with an error
             status, or its answer has no usable decision.
     """
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps)
+    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
     body = {
         "steps": [s.to_dict() for s in traj.steps],
         "task": traj.task,
         "agent": traj.agent or AGENT,
         "submission": traj.submission,
     }
+    if traj.source:
+        body["source"] = traj.source
     endpoint = url.rstrip("/") + "/v1/score"
     request = urllib.request.Request(
         endpoint,
@@ -175,11 +208,17 @@ def decide_remote(
 def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
     """The answer's body, or ServiceError; the whole exchange must end within `timeout` seconds.
 
+    The request carries `Authorization: Bearer $FAILFAST_API_KEY` when the variable is set (a
+    service with `--api-key-file`); a 401 or 403 is a ServiceError like any other.
+
     urllib's timeout bounds each socket operation, so a service that sends a byte every few
     seconds would hold the hook forever; the call runs in a daemon thread and is abandoned at
     the deadline (the process exits right after the hook answers).
     """
     endpoint = request.full_url
+    for name, value in client_headers().items():  # FAILFAST_API_KEY, on every call made here
+        if not request.has_header(name):
+            request.add_header(name, value)
     box: dict[str, Any] = {}
 
     def call() -> None:
@@ -191,7 +230,12 @@ def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
                 box["raw"] = response.read()
         except urllib.error.HTTPError as e:
             detail = e.read()[:300].decode(errors="replace")
-            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}")
+            hint = (
+                " (set FAILFAST_API_KEY to a key of the service with the score scope)"
+                if e.code in (401, 403)
+                else ""
+            )
+            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}{hint}")
         except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
             box["error"] = ServiceError(f"{endpoint} unreachable: {getattr(e, 'reason', e)}")
         except Exception as e:  # noqa: BLE001 - reported to the caller like any other failure
@@ -233,6 +277,9 @@ def run_hook(
     policy: PolicyConfig | None = None,
     max_bytes: int = MAX_TRANSCRIPT_BYTES,
     max_steps: int = MAX_STEPS,
+    deadline: float | None = None,
+    agent: str | None = None,
+    source: str | None = None,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
@@ -244,17 +291,30 @@ def run_hook(
         timeout: overall deadline (seconds) of the call to the service.
         policy: the PolicyConfig for the model-free halts when `scorer` is None.
         max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
+        deadline: time.monotonic() by which a `scorer` must have decided (`--timeout` with
+            `--bundle`); past it: monitor_error, no output.
+        agent, source: `--agent` and `--source` (see `read_run`).
     """
-    limits = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits: dict[str, Any] = {"max_bytes": max_bytes, "max_steps": max_steps}
+    limits |= {"agent": agent, "source": source}
     try:
-        if not event.get("transcript_path"):
+        path = event.get("transcript_path")
+        if not path:
             raise ValueError("hook event has no transcript_path")
+        if not isinstance(path, str):
+            raise ValueError(f"hook event's transcript_path is {type(path).__name__}, not a path")
         if url:
             decision = decide_remote(event, url, timeout=timeout, **limits)
         else:
-            found = decide(event, scorer, policy=policy, **limits)
+            found = decide(event, scorer, policy=policy, deadline=deadline, **limits)
             decision = decision_from_dict(json_safe(found.to_dict()))
-    except (ServiceError, TranscriptError) as e:
+    except Cancelled:
+        log.error(
+            "failfast hook: monitor_error: no decision within the deadline (--timeout); "
+            "letting the session continue"
+        )
+        return {}
+    except (ServiceError, TranscriptError, ValueError) as e:
         log.error("failfast hook: monitor_error: %s; letting the session continue", e)
         return {}
     except Exception as e:
@@ -264,7 +324,10 @@ def run_hook(
         log.error("failfast hook: monitor_error reported by %s; letting the session continue", url)
     if decision.stop:
         try:
-            write_restart(restart_path(event["transcript_path"]), decision, agent=AGENT, task="")
+            task = decision.restart.task if decision.restart else ""
+            write_restart(
+                restart_path(event["transcript_path"]), decision, agent=agent or AGENT, task=task
+            )
         except OSError:
             log.exception("failfast hook: could not write the restart packet")
     return answer(event, decision)

@@ -10,7 +10,6 @@ from monitor.textio import json_safe
 from serving.schemas import SessionRequest, StepIn
 from serving.sessions import Full
 from serving.state import AppState, app_state, unknown_session
-from serving.verdicts import close_session
 
 router = APIRouter()
 State = Annotated[AppState, Depends(app_state)]
@@ -77,8 +76,6 @@ def check(sid: str, state: State) -> Any:
 @router.delete("/v1/sessions/{sid}", status_code=204)
 def close(sid: str, state: State) -> Response:
     """Close a session (its cache is freed; its end record is logged)."""
-    live = state.table.pop(sid)
-    if live is None:
+    if state.table.close(sid) is None:  # closes it (end record) while a racing verdict finds it
         raise HTTPException(404, unknown_session(sid))
-    close_session(sid, live)
     return Response(status_code=204)

@@ -55,5 +55,6 @@ def metrics(state: State) -> PlainTextResponse:
         )
         + batch_gauges(state.scorer.batcher)
         + state.monitor.feedback.prometheus_text()
+        + (state.refusals.text() if state.keys is not None else "")
     )
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 
 from monitor.errors import VerdictError
 from monitor.textio import json_safe
+from serving.auth import key_name
 from serving.sessions import Live
 from serving.state import AppState, app_state
 from serving.verdicts import VerdictFor, VerdictIn
@@ -23,14 +24,21 @@ State = Annotated[AppState, Depends(app_state)]
 
 
 def _take(
-    state: AppState, live: Live | None, sid: str | None, run: str | None, body: VerdictIn
+    state: AppState,
+    live: Live | None,
+    sid: str | None,
+    run: str | None,
+    body: VerdictIn,
+    request: Request,
 ) -> Any:
-    """Report `body` for the open session `live`, else for the remembered closed run."""
+    """Report `body` for the open (or closing) session `live`, else for the remembered run."""
     feedback = state.monitor.feedback
+    by = key_name(request)  # the decision log records who gave it (a name, never the key)
     try:
         if live is not None:
             with live.lock:
-                return json_safe(live.session.verdict(body.resolved, finished=body.finished))
+                done = live.session.verdict(body.resolved, finished=body.finished, key_name=by)
+            return json_safe(done)
         outcome = feedback.find(session=sid, run=run)
         if outcome is None:
             what = f"session {sid!r}" if sid else f"run {run!r}"
@@ -39,27 +47,32 @@ def _take(
                 f"unknown {what}: never opened, or closed longer ago than the "
                 f"{feedback.keep} most recent sessions (--recent-runs)",
             )
-        return json_safe(feedback.report(outcome, body.resolved, finished=body.finished))
+        return json_safe(
+            feedback.report(outcome, body.resolved, finished=body.finished, key_name=by)
+        )
     except VerdictError as e:
         raise HTTPException(409, str(e)) from e
 
 
 @router.post("/v1/sessions/{sid}/verdict")
-def session_verdict(sid: str, body: VerdictIn, state: State) -> Any:
+def session_verdict(sid: str, body: VerdictIn, request: Request, state: State) -> Any:
     """Report a finished run's verdict by its session id (open or recently closed)."""
-    return _take(state, state.table.get(sid), sid, None, body)
+    live = state.table.get(sid) or state.table.closing(sid)
+    return _take(state, live, sid, None, body, request)
 
 
 @router.post("/v1/verdicts")
-def verdicts(body: VerdictFor, state: State) -> Any:
+def verdicts(body: VerdictFor, request: Request, state: State) -> Any:
     """Report a finished run's verdict by `session_id` or by the harness's `run_id`."""
     if (body.session_id is None) == (body.run_id is None):
         raise HTTPException(422, "give exactly one of `session_id` or `run_id`")
     if body.session_id is not None:
-        return _take(state, state.table.get(body.session_id), body.session_id, None, body)
+        sid = body.session_id
+        live = state.table.get(sid) or state.table.closing(sid)
+        return _take(state, live, sid, None, body, request)
     assert body.run_id is not None
     found = state.table.find_run(body.run_id)
-    return _take(state, found[1] if found else None, None, body.run_id, body)
+    return _take(state, found[1] if found else None, None, body.run_id, body, request)
 
 
 @router.get("/v1/status")

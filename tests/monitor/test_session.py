@@ -123,10 +123,10 @@ def test_stuck_pattern_stop_has_restart_packet_with_diff_and_summary() -> None:
     assert d.evidence["action_error_run"] == {"value": 3, "limit": 3, "reason": "stuck_pattern"}
     assert d.restart is not None
     assert d.restart.diff == s.diff
-    assert d.restart.task == ""
+    assert d.restart.task == "make test_x pass"  # the packet alone can start the fresh run
     assert "Stopped after 3 steps (stuck_pattern)" in d.restart.summary
     assert "Most repeated call (3x): python -m pytest tests/test_x.py" in d.restart.summary
-    assert "Last error: 1 failed in 0.1s" in d.restart.summary
+    assert "Last error: FAILED tests/test_x.py::test_x" in d.restart.summary
 
 
 def test_context_thrash_restart_carries_the_task() -> None:
@@ -200,3 +200,34 @@ def test_finish_validator() -> None:
     params = FINISH_TOOL["function"]["parameters"]
     assert params["properties"]["status"]["enum"] == ["completed", "blocked", "impossible"]
     assert "finish" in NUDGE_TEXT
+
+
+def test_error_line_is_the_exception_not_the_last_line() -> None:
+    from monitor.session import error_line
+
+    out = (
+        'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n'
+        "    f()\nModuleNotFoundError: No module named 'astropy.extern'\n\n"
+        "=== short test summary ===\n1 failed in 0.12s\n"
+    )
+    assert error_line(out) == "ModuleNotFoundError: No module named 'astropy.extern'"
+    pytest_out = "    assert f() == 2\nE   assert 1 == 2\nE   AssertionError: bad\n1 failed in 0.1s"
+    assert error_line(pytest_out) == "AssertionError: bad"
+    assert error_line("FAILED t.py::test_a - x\n1 failed in 0.1s") == "FAILED t.py::test_a - x"
+    assert error_line("bash: foo: command not found") == "bash: foo: command not found"
+    assert error_line("") == ""
+
+
+def test_steps_after_a_stop_keep_stopping_with_their_own_step_and_score() -> None:
+    scorer = ScriptedScorer([0.1, 0.9, 0.95, 0.3, 0.2], threshold=0.5)
+    s = Monitor(PolicyConfig(min_steps=2, persist=1), scorer=scorer).start("THE TASK", "a")
+    ds = [s.observe(bash(i, f"cmd {i}")) for i in range(5)]
+    assert [d.action for d in ds] == ["continue", "stop", "stop", "stop", "stop"]
+    first = ds[1]
+    assert [d.step for d in ds[1:]] == [2, 3, 4, 5]
+    assert [d.score for d in ds[2:]] == pytest.approx([0.95, 0.3, 0.2])
+    assert all(d.evidence["stopped_at_step"] == 2 for d in ds[2:])
+    assert all(d.reason == first.reason and d.restart is first.restart for d in ds[2:])
+    assert first.restart is not None
+    assert first.restart.task == "THE TASK"
+    assert (s.check().step, s.check().action) == (5, "stop")

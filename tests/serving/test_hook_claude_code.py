@@ -121,6 +121,14 @@ def test_cli_url_equals_bundle_on_a_loop(halts_only, fixtures_dir, tmp_path):
         None,
     )
     assert f"after {packet['step']} steps" in outs[1]["stopReason"]
+    # the stop text is said once to the user (stopReason), its headline once to the model
+    assert "systemMessage" not in outs[1]
+    headline = outs[1]["hookSpecificOutput"]["permissionDecisionReason"]
+    assert outs[1]["stopReason"].startswith(headline)
+    assert "Tried " not in headline
+    assert outs[1]["stopReason"].count("stuck_pattern") == 1
+    # the last error is the failing line, not pytest's "1 failed in 0.12s"
+    assert "Last error: FAILED tests/test_x.py::test_x" in packet["summary"]
 
 
 def test_cli_dead_or_silent_service_exits_0_without_output(fixtures_dir):
@@ -227,3 +235,57 @@ def test_url_ignores_proxy_settings(fixtures_dir, tmp_path, monkeypatch):
     finally:
         httpd.shutdown()
     assert out["continue"] is False
+
+
+def _source_keyed(bundle, root, group: str):
+    """A copy of the tiny bundle keyed by source, whose only group is `group` (fallback none)."""
+    copy = root / "bundle"
+    shutil.copytree(bundle, copy)
+    manifest = json.loads((copy / "monitor.json").read_text())
+    th = manifest["thresholds"]
+    th["group_by"], th["fallback"] = "source", "none"
+    th["groups"] = {group: th["groups"]["mini-swe-agent"]}
+    (copy / "monitor.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_source_flag_finds_the_calibrated_group(
+    bundle, fixtures_dir, tmp_path, monkeypatch, capsys
+):
+    """Without --source a Claude Code run falls in no group (no stop by score); --source names
+    the group calibrated for the hook; --agent changes the name the model reads."""
+    import io
+
+    from serving.hooks.claude_code import decide
+    from serving.scorer import Scorer
+    from training.cli import main
+
+    copy = _source_keyed(bundle, tmp_path, "my-claude")
+    scorer = Scorer.load(copy, threads=1)
+    event = claude_event(fixtures_dir / "claude_code_constructed_session.jsonl")
+    assert decide(event, scorer).threshold in (None, float("inf"))
+    mine = decide(event, scorer, source="my-claude")
+    assert mine.threshold == pytest.approx(0.61)
+    other = decide(event, scorer, source="my-claude", agent="not-claude")
+    assert other.score != pytest.approx(mine.score)  # the header the model reads changed
+    # the CLI takes the flags (stdin in, stdout out)
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(event)))
+    argv = ["hook", "claude-code", "--bundle", str(copy), "--threads", "1"]
+    assert main([*argv, "--source", "my-claude", "--agent", "claude-code"]) == 0
+    printed = capsys.readouterr().out
+    assert printed == "" or json.loads(printed)
+
+
+def test_restart_packet_carries_the_task(halts_only, fixtures_dir, tmp_path):
+    from serving.hooks.claude_code import restart_path, run_hook
+    from serving.scorer import Scorer
+
+    lines = (fixtures_dir / "claude_code_constructed_loop.jsonl").read_text().splitlines()
+    prompt = {"type": "user", "message": {"role": "user", "content": "Make test_x pass"}}
+    path = tmp_path / "loop.jsonl"
+    path.write_text("\n".join([lines[0], json.dumps(prompt), *lines[1:]]) + "\n")
+    out = run_hook(claude_event(path), Scorer.load(halts_only[0], threads=1))
+    assert out["continue"] is False
+    packet = json.loads(restart_path(path).read_text())
+    assert packet["task"] == "Make test_x pass"
+    assert packet["decision"]["restart"]["task"] == "Make test_x pass"

@@ -235,6 +235,6 @@ def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
     assert safe.groups["a"].stop["0.1"].fpr_val <= 0.05
     assert plain.lookup("few", 0.1).origin == "pooled"
     assert plain.lookup("nobody", 0.1).origin == "pooled-unknown-agent"
-    for group in ("few", "nobody"):
+    for group, why in (("few", "refused"), ("nobody", "unknown-group")):
         refused = safe.lookup(group, 0.1)
-        assert (refused.origin, refused.stop) == ("refused", math.inf)
+        assert (refused.origin, refused.stop) == (why, math.inf)

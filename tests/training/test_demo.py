@@ -114,10 +114,12 @@ def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
         assert e["train_runs"] < e["test_runs"] + 2 * N_PER_AGENT
         for target in ("0.05", "0.1"):
             tr = e["targets"][target]["transfer"]
-            # the held-out agent has no thresholds of its own: pooled (or refused: no stop)
+            # the held-out agent has no thresholds of its own: pooled (or no stop: refused, or
+            # unknown-group with fallback none)
             assert {v["from"] for v in tr["threshold"].values()} <= {
                 "pooled-unknown-agent",
                 "refused",
+                "unknown-group",
             }, agent
             assert tr["runs"] == e["test_runs"]
     md = (tmp_path / "out" / "experiments" / "transfer.md").read_text()

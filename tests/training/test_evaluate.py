@@ -278,3 +278,42 @@ def test_group_of_prefers_a_known_group():
     assert th.group_of("G", "some-folder") == "G"
     assert th.group_of("a", "some-folder") == "some-folder"  # unknown: refused/pooled by name
     assert th.group_of("a", "") == "a"
+
+
+def test_plain_summary_names_lost_good_runs_and_warns_near_chance():
+    from monitor.thresholds import ThresholdTable
+    from training.evaluate.summary import plain_summary
+
+    rng = np.random.default_rng(3)
+    recs = [  # scores unrelated to the label: near chance; one good run climbs over 0.9
+        R(f"r{i}", f"i{i}", i % 2 == 0, np.full(6, 10), rng.random(6) * 0.8) for i in range(40)
+    ]
+    recs[0].scores["monitor"] = np.array([0.1, 0.2, 0.95, 0.97, 0.99, 0.99])
+    table = ThresholdTable.model_validate(
+        {
+            "mode": "bound",
+            "confidence": 0.95,
+            "method": "conformal",
+            "schedule": {"min_steps": 2, "every": 1, "persist": 1},
+            "targets": [0.05],
+            "group_by": "source",
+            "fallback": "none",
+            "groups": {"s": {"n_resolved": 50, "stop": {"0.05": {"threshold": 0.9}}, "warn": 0.5}},
+            "pooled": {"n_resolved": 50, "stop": {"0.05": {"threshold": 0.9}}, "warn": 0.5},
+        }
+    )
+    res = evaluate(recs, table, config=EvalConfig(target_fpr=0.05, score_baselines=[]))
+    text = plain_summary(res, recs, table)
+    assert "on these 40 runs (target FPR 0.05)" in text
+    assert "WARNING: near chance" in text
+    assert "group s: stop threshold 0.900 (agent)" in text
+    assert "and 1 of 20 good runs (realized FPR 5.0%)" in text
+    assert "good runs it would have lost: r0 (step 3 of 6)" in text
+    assert "not a promise the monitor broke" in text
+    assert "after restart = after: every instance here has one recorded run" in text
+    for r in recs:  # a group the table lacks is said so
+        r.source = "mine"
+    res = evaluate(recs, table, config=EvalConfig(target_fpr=0.05, score_baselines=[]))
+    assert "group mine: NO stop by score: the thresholds have no such group" in plain_summary(
+        res, recs, table
+    )

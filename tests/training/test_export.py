@@ -190,3 +190,41 @@ def test_quant_auroc_change(bundle):
         assert 0 <= row["int8"][k] <= 1
         assert out["delta"]["mini-swe-agent"][k] == pytest.approx(row["int8"][k] - row["fp32"][k])
     assert set(out["delta"]) == {"mini-swe-agent", "mean_per_agent"}
+
+
+def test_model_card_is_rendered_from_the_manifest_thresholds() -> None:
+    from training.export.card import model_card
+
+    manifest = {
+        "classifier": {"base": "b", "n_layers": 4, "head_kind": "probe"},
+        "signal_names": ["a"],
+        "export": {"full_max_abs_diff": 1e-6, "kv_max_abs_diff": 1e-6},
+        "target": 0.05,
+        "thresholds": {
+            "mode": "bound",
+            "method": "conformal",
+            "group_by": "source",
+            "fallback": "none",
+            "margin": 2,
+            "targets": [0.05, 0.1],
+            "groups": {
+                "src-a": {
+                    "n_resolved": 50,
+                    "stop": {"0.05": {"threshold": 0.8}, "0.1": {"threshold": 0.7}},
+                },
+                "src-b": {"n_resolved": 9, "stop": {"0.05": {"refused": "needs at least 39"}}},
+            },
+            "pooled": {"n_resolved": 59, "stop": {"0.05": {"threshold": 0.75}}},
+        },
+    }
+    card = model_card(manifest)
+    assert "keyed by **source**" in card
+    assert "`source` (HTTP" in card
+    assert "fallback none: a group not listed below" in card
+    assert "src-a (50 resolved calibration runs): 0.05: 0.800, 0.1: 0.700" in card
+    assert "src-b (9 resolved calibration runs): 0.05: refused (needs at least 39)" in card
+    assert "pass that name as the session's `agent`" not in card
+    manifest["thresholds"] |= {"group_by": "agent", "fallback": "pooled"}
+    card = model_card(manifest)
+    assert "`agent` (HTTP" in card
+    assert "fallback pooled" in card

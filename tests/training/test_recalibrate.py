@@ -259,8 +259,10 @@ def test_calibrate_agent_flag_names_the_group_of_a_source_keyed_table(bundle, tm
         "conformal",
     ]
     assert main(argv) == 0
+    # keyed by source, --agent names the group only: the model read the runs' own agent, as
+    # `failfast score --source my-group` (no --agent) will
     assert {(r.agent, r.source) for r in load_records(tmp_path / "r.parquet")} == {
-        ("my-group", "my-group")
+        ("my-agent", "my-group")
     }
     table = load_bundle(out).thresholds
     assert table.group_by == "source"
@@ -370,3 +372,64 @@ def test_bench_calibrate_protocol_on_synthetic_records() -> None:
     assert row["calibrated"]["fpr_mean"] == pytest.approx(0.05, abs=0.03)
     assert row["calibrated_threshold_from"] == ["agent"]
     assert row["resolved_cal"] + row["resolved_held"] == 200
+
+
+def test_calibrate_check_splits_by_instance_and_evaluates_the_held_out_part(
+    bundle, tmp_path, capsys
+) -> None:
+    from monitor.corpus import write_corpus
+    from serving.bundle import load_bundle
+    from training.cli import main
+
+    runs = new_agent_runs(80)
+    for r in runs[60:]:  # a second run of some instances: they must stay on one side
+        r.instance_id = runs[r_i := int(r.id.split("/")[1]) - 60].instance_id
+        assert r_i < 20
+    write_corpus(runs, tmp_path / "corpus")
+    out = tmp_path / "b2"
+    argv = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "corpus")]
+    argv += ["--out", str(out), "--method", "conformal", "--no-progress", "--check", "0.5"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "check: split by instance (seed 0): calibrating on " in printed
+    assert "What the monitor would have done on these " in printed
+    assert "separation: AUROC " in printed
+    assert "group my-agent: stop threshold " in printed
+    rec = load_bundle(out).manifest.calibration
+    check = rec["data"]["check"]
+    assert check["calibration_runs"] + check["held_out_runs"] == 80
+    assert rec["groups"]["my-agent"]["runs"] == check["calibration_runs"]  # the checked bundle
+    report = json.loads((tmp_path / "b2.check" / "report.json").read_text())
+    assert report["monitor"]["runs"] == check["held_out_runs"]
+    assert report["threshold"]["my-agent"]["from"] == "agent"
+    assert "## In plain words" in (tmp_path / "b2.check" / "report.md").read_text()
+    # the split is by instance: no instance on both sides
+    from training.data.records import RunRecord
+    from training.pipeline.check import split_for_check
+
+    recs = [
+        RunRecord(r.id, r.instance_id, r.agent, r.source, bool(r.resolved), np.ones(2))
+        for r in runs
+    ]
+    calib, held = split_for_check(recs, 0.5, seed=0)
+    assert not {r.instance_id for r in calib} & {r.instance_id for r in held}
+    assert abs(len({r.instance_id for r in held}) - 30) <= 1
+    with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+        split_for_check(recs, 1.0)
+    # --recalibrate-all: checked on half, the bundle written from every run
+    out2 = tmp_path / "b3"
+    argv2 = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "corpus")]
+    argv2 += ["--out", str(out2), "--method", "conformal", "--no-progress", "--check", "0.5"]
+    assert main([*argv2, "--recalibrate-all"]) == 0
+    rec2 = load_bundle(out2).manifest.calibration
+    assert rec2["groups"]["my-agent"]["runs"] == 80
+    assert rec2["data"]["check"]["held_out_runs"] == check["held_out_runs"]
+    # evaluate --group finds the group wherever the runs sit
+    capsys.readouterr()
+    ev = ["evaluate", "--bundle", str(out), "--data", str(tmp_path / "corpus"), "--score-data"]
+    assert main([*ev, "--group", "my-agent", "--json", str(tmp_path / "ev.json")]) == 0
+    got = json.loads((tmp_path / "ev.json").read_text())
+    assert got["threshold"]["my-agent"]["from"] == "agent"
+    assert main([*ev, "--group", "nobody", "--json", str(tmp_path / "ev2.json")]) == 0
+    # this table's fallback is pooled: an unknown group gets the pooled threshold, and says so
+    assert "group nobody: stop threshold 0.700 (pooled-unknown-agent)" in capsys.readouterr().out

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from training.cli import calibrate, experiments, monitor, serving, supervise, training
+from training.cli import calibrate, experiments, monitor, serving, signing, supervise, training
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.register(sub)
     serving.register(sub)
     supervise.register(sub)
+    signing.register(sub)
     return parser
 
 

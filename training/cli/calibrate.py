@@ -2,6 +2,7 @@
 
     failfast calibrate --bundle B --data RUNS... --out B2 [--target-fpr 0.05 ...] [--agent NAME]
     failfast calibrate --bundle B --data decisions.jsonl [--verdicts verdicts.jsonl] --out B2
+    failfast calibrate --bundle B --data RUNS... --out B2 --check 0.5 [--recalibrate-all]
 
 Imports at the top stay light; the handler loads onnxruntime and scikit-learn when it runs.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import TYPE_CHECKING, Any, get_args
 
+from monitor.escape import visible
 from training.cli.serving import _pin_arg, _problem
 
 if TYPE_CHECKING:
@@ -65,8 +68,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--agent",
         default=None,
         help="threshold group of every run given (e.g. your agent's name, when its transcripts "
-        "read as another agent's format)",
+        "read as another agent's format); serve it with `--source NAME` (source-keyed bundles, "
+        "the quick and default configs: the model still reads the transcript's agent) or "
+        "`--agent NAME` (agent-keyed bundles: the model reads NAME)",
     )
+    p.add_argument(
+        "--check",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="hold out this fraction of the instances (e.g. 0.5), calibrate on the rest, and "
+        "evaluate the held-out runs under those thresholds as they would be served (report "
+        "and plain summary printed, and written to OUT.check/); the bundle written is the one "
+        "checked, unless --recalibrate-all",
+    )
+    p.add_argument(
+        "--recalibrate-all",
+        action="store_true",
+        help="with --check: after the check, write a bundle calibrated on every run (more "
+        "calibration runs; the check measured the half-calibrated one)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the --check split (default 0)")
     p.add_argument(
         "--target-fpr",
         type=float,
@@ -100,7 +122,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="drop the bundle's thresholds of groups absent from the data (and its pooled ones)",
     )
     p.add_argument(
-        "-o", "--override", action="append", default=[], help="ThresholdConfig key=value"
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        help="ThresholdConfig key=value, without the `thresholds.` prefix `failfast train -o` "
+        "takes (e.g. -o margin=1)",
     )
     p.add_argument("--records-out", default=None, help="also save the scored records (parquet)")
     p.add_argument("--int8", action="store_true", help="score with the int8 graphs")
@@ -119,10 +146,77 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.bundle, threads=args.threads, int8=args.int8, sha256=args.bundle_sha256
         )
         cfg = _threshold_config(args, scorer.bundle)
-        records, data = _records(args, scorer)
+        if args.check is not None and any(_is_log(p) for p in args.data):
+            raise ValueError("--check takes labelled runs, not decision logs")
+        if args.recalibrate_all and args.check is None:
+            raise ValueError("--recalibrate-all goes with --check")
+        records, data, runs = _records(args, scorer, cfg.group_by)
+        if args.check is not None:
+            records = _check(args, scorer, cfg, records, data, runs)
     except (BundleError, ConfigError, ValueError, OSError) as e:
         return _problem(e)
     return _write(args, scorer, cfg, records, data)
+
+
+def _is_log(path: str) -> bool:
+    from training.data.decisions import is_decision_log
+
+    return is_decision_log(path)
+
+
+def _check(
+    args: argparse.Namespace,
+    scorer: Scorer,
+    cfg: Any,
+    records: list[Any],
+    data: dict[str, Any],
+    runs: list[Any],
+) -> list[Any]:
+    """Run the --check, print and write its report; returns the records to calibrate on."""
+    from pathlib import Path
+
+    from monitor.policy import PolicyConfig
+    from training.evaluate.inputs import write_report
+    from training.evaluate.summary import plain_summary
+    from training.pipeline.check import check_calibration, split_for_check
+
+    bundle = scorer.bundle
+    old = bundle.thresholds
+    schedule = old.schedule if old else PolicyConfig.model_validate(bundle.policy).schedule()
+    served = args.serve_target if args.serve_target is not None else bundle.target
+    calib, held = split_for_check(records, args.check, seed=args.seed)
+    print(
+        f"check: split by instance (seed {args.seed}): calibrating on {len(calib)} runs, "
+        f"holding out {len(held)} ({args.check:g} of the instances)"
+    )
+    got = check_calibration(
+        old, calib, held, cfg, schedule=schedule, target=served, replace=args.replace, runs=runs
+    )
+    where = Path(f"{Path(args.out)}.check")
+    table = write_report(
+        got.report,
+        held,
+        _eval_config(served),
+        json_path=where / "report.json",
+        plots_dir=where / "plots",
+        thresholds=got.table,
+    )
+    print(f"\nheld-out runs under thresholds calibrated on the other part, as served:\n{table}")
+    print(plain_summary(got.report, held, got.table))
+    print(f"check report: {where / 'report.md'} (and report.json, plots/)")
+    data["check"] = got.record(args.check, args.seed)
+    if args.recalibrate_all:
+        print(f"recalibrating on all {len(records)} runs (--recalibrate-all)")
+        data["check"]["bundle"] = "recalibrated on every run after the check"
+        return records
+    data["check"]["bundle"] = "the checked one (calibrated on the calibration part)"
+    return calib
+
+
+def _eval_config(target: float) -> Any:
+    from training.config import EvalConfig
+
+    return EvalConfig(target_fpr=target)
 
 
 def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
@@ -152,8 +246,11 @@ def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
     return ThresholdConfig.model_validate(base | cfg.model_dump(exclude_unset=True))
 
 
-def _records(args: argparse.Namespace, scorer: Scorer) -> tuple[list[Any], dict[str, Any]]:
-    """The calibration records of --data (runs scored now, decision logs as logged)."""
+def _records(
+    args: argparse.Namespace, scorer: Scorer, group_by: str
+) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The calibration records of --data (runs scored now, decision logs as logged), and the
+    labelled runs read from files (the --check's rule baselines read them)."""
     from training.calibrate.recalibrate import score_runs
     from training.data.decisions import is_decision_log, runs_from_logs
     from training.data.runs import labelled_runs, load_runs
@@ -168,11 +265,14 @@ def _records(args: argparse.Namespace, scorer: Scorer) -> tuple[list[Any], dict[
     if args.agent:
         data["agent"] = args.agent
     records = []
+    lab_runs: list[Any] = []
     if raw:
         runs = load_runs(raw, labels=args.labels)
         lab = labelled_runs(runs)
-        for r in lab.runs:
-            r.agent = args.agent or r.agent
+        lab_runs = lab.runs
+        if args.agent and group_by == "agent":  # the group is the agent the model reads ...
+            for r in lab.runs:
+                r.agent = args.agent
         print(
             f"read {len(runs)} runs: {len(lab.runs)} labelled, "
             f"{sum(lab.unknown.values())} without a verdict, {sum(lab.empty.values())} without "
@@ -180,12 +280,23 @@ def _records(args: argparse.Namespace, scorer: Scorer) -> tuple[list[Any], dict[
         )
         data |= {"runs_read": len(runs), "runs_labelled": len(lab.runs)}
         data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
-        scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
-        for rec in scored:  # --agent names the group whether the table is keyed by agent or source
-            rec.source = args.agent or rec.source
+        if args.check is not None:  # with the bundle's baselines, for the check's report
+            from training.evaluate.inputs import score_with_bundle
+
+            scored = score_with_bundle(
+                scorer.bundle.path, lab.runs, scorer=scorer, progress=not args.no_progress
+            )
+        else:
+            scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
+        for rec in scored:  # ... or, keyed by source, only the group: the scores stay the
+            rec.source = args.agent or rec.source  # transcript's, as `score --source` sees them
         records += scored
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
+        for prob in got.problems[:20]:  # each bad line is skipped, never fatal
+            print(f"problem: {visible(prob)}", file=sys.stderr)
+        if len(got.problems) > 20:
+            print(f"problem: ... {len(got.problems) - 20} more", file=sys.stderr)
         _check_graphs(got.starts, scorer)
         if args.agent:  # else each logged run keeps its logged agent and source
             for rec in got.records:
@@ -198,7 +309,7 @@ def _records(args: argparse.Namespace, scorer: Scorer) -> tuple[list[Any], dict[
         from training.data.records import save_records
 
         save_records(args.records_out, records)
-    return records, data
+    return records, data, lab_runs
 
 
 def _check_graphs(starts: list[dict[str, Any]], scorer: Scorer) -> None:
@@ -237,16 +348,18 @@ def _write(
         cells = []
         for t in cfg.targets:
             st = entry.stop[target_key(t)]
-            cells.append(
-                f"{t:g}: {st.threshold:.4f}" if st.threshold is not None else f"{t:g}: refused"
+            cells.append(  # a refusal says what it would need (the count of resolved runs)
+                f"{t:g}: {st.threshold:.4f}"
+                if st.threshold is not None
+                else f"{t:g}: refused ({(st.refused or '').rsplit(': ', 1)[-1]})"
             )
-        print(f"  {g}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
+        print(f"  {visible(g)}: {c['runs']} runs, {c['resolved']} resolved -> " + ", ".join(cells))
     for g, why in result.kept.items():
-        print(f"  {g}: {why}")
+        print(f"  {visible(g)}: {visible(why)}")
     print(f"  pooled: {result.pooled}")
     refused = refusals(table, list(result.groups), served)
     for g, why in refused.items():
-        print(f"refused at the served target {served:g} for {g}: {why}")
+        print(f"refused at the served target {served:g} for {visible(g)}: {visible(why)}")
     if result.groups and all(g in refused for g in result.groups):
         if "pooled" in refused or result.pooled != "recalibrated":
             why = (

@@ -77,7 +77,15 @@ def _load_runs(paths: list[str]) -> list:
             pass
         else:
             if is_corpus(paths[0]):
-                return list(load_corpus(paths[0]))
+                from monitor.errors import TranscriptError
+
+                try:
+                    return list(load_corpus(paths[0]))
+                except TranscriptError as e:  # a damaged corpus is a problem (2), not a traceback
+                    import sys
+
+                    print(f"error: {e}", file=sys.stderr)
+                    raise SystemExit(2) from e
     import sys
 
     problems: list = []
@@ -270,6 +278,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from monitor.errors import FailfastError
+    from monitor.escape import visible
     from monitor.labels import LabelIndex, find_labels_near, load_label
     from monitor.reading import detect, read_trajectory
 
@@ -298,26 +307,30 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     estimated = sum(s.tokens_estimated for s in traj.steps)
     label = {True: "resolved", False: "unresolved", None: "unknown"}[verdict]
+
+    def say(line: str) -> None:  # run ids, names and text from the file: never raw control codes
+        print(visible(line))
+
     source_dir = next((p for p in run_path.absolute().parents if p.name == traj.source), None)
     found = traj.provenance
-    print(f"format:   {traj.format}")
-    print(f"agent:    {traj.agent}  model: {traj.model or '?'}")
-    print(f"run:      {traj.id}  (run {traj.run or '-'}" + (
+    say(f"format:   {traj.format}")
+    say(f"agent:    {traj.agent}  model: {traj.model or '?'}")
+    say(f"run:      {traj.id}  (run {traj.run or '-'}" + (
         f", from {found['run']})" if "run" in found else ")"))  # fmt: skip
-    print(f"instance: {traj.instance_id}  (from "
+    say(f"instance: {traj.instance_id}  (from "
           + found.get("instance", f"the {traj.format} transcript {run_path}") + ")")  # fmt: skip
-    print(f"source:   {traj.source or '-'}  (from "
+    say(f"source:   {traj.source or '-'}  (from "
           + found.get("source", f"the folder {source_dir or run_path.parent}") + ")")  # fmt: skip
-    print(f"exit:     {traj.exit_status or '-'}")
+    say(f"exit:     {traj.exit_status or '-'}")
     where = (
         f"  (from {label_file.path}, {label_file.kind}"
         + (", names the instance)" if traj.instance_id in label_file.verdicts else ", default)")
         if label_file
         else f"  (no label file beside the run names {traj.instance_id})"
     )
-    print(f"label:    {label}{where}")
-    print(f"steps:    {len(traj.steps)}  errors: {sum(s.is_error for s in traj.steps)}")
-    print(
+    say(f"label:    {label}{where}")
+    say(f"steps:    {len(traj.steps)}  errors: {sum(s.is_error for s in traj.steps)}")
+    say(
         f"tokens:   {traj.total_tokens} (in {sum(s.tokens_in for s in traj.steps)}, "
         f"out {sum(s.tokens_out for s in traj.steps)}; "
         + (
@@ -328,14 +341,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         + ")"
     )
     if traj.totals.cost_usd is not None:
-        print(f"cost:     ${traj.totals.cost_usd:.4f}")
-    print(f"task:     {traj.task[:200].replace(chr(10), ' ')}")
+        say(f"cost:     ${traj.totals.cost_usd:.4f}")
+    say(f"task:     {traj.task[:200].replace(chr(10), ' ')}")
     shown = traj.steps if args.steps < 0 else traj.steps[: args.steps]
     for s in shown:
         action = s.action.replace("\n", " ")[:70]
         role = f"[{s.role}] " if s.role else ""
         err = " ERR" if s.is_error else ""
-        print(f"  {s.index:3d} {role}{s.kind:12s} {s.tool:18s} {s.tokens:7d} tok{err}  {action}")
+        say(f"  {s.index:3d} {role}{s.kind:12s} {s.tool:18s} {s.tokens:7d} tok{err}  {action}")
     if len(shown) < len(traj.steps):
         print(f"  ... {len(traj.steps) - len(shown)} more steps (--steps -1 shows all)")
     return 0

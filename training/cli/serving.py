@@ -9,12 +9,24 @@ import argparse
 import json
 import logging
 import sys
+import time
+from typing import TYPE_CHECKING
 
 from monitor.errors import BundleError
+from monitor.escape import visible
+
+if TYPE_CHECKING:
+    from monitor.thresholds import ThresholdTable
+    from serving.runs import RunResult
 
 
 def _scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
-    p.add_argument("--bundle", required=required, help="bundle folder written by `failfast export`")
+    p.add_argument(
+        "--bundle",
+        required=required,
+        help="bundle folder (OUT/bundle of `failfast train` or `demo`, or written by `failfast "
+        "export` or `calibrate`)",
+    )
     p.add_argument("--int8", action="store_true", help="use the int8 graphs")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads per call")
     p.add_argument(
@@ -30,6 +42,32 @@ def _pin_arg(p: argparse.ArgumentParser) -> None:
         metavar="HEX",
         help="refuse the bundle unless its monitor.json has this sha256 (it lists the sha256 of "
         "every other file); see docs/USAGE.md, trust model",
+    )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="PUBKEY",
+        help="refuse the bundle unless monitor.json.sig is a valid signature by this Ed25519 "
+        "public key (failfast keygen; repeat for several keys)",
+    )
+
+
+def _group_args(p: argparse.ArgumentParser) -> None:
+    """--agent and --source, as `score`, `watch` and the Claude Code hook take them."""
+    p.add_argument(
+        "--agent",
+        default=None,
+        help="agent name the model reads in each window's header (`### agent: NAME`: it changes "
+        "the scores) and the threshold group of an agent-keyed bundle (default: the "
+        "transcript's)",
+    )
+    p.add_argument(
+        "--source",
+        default=None,
+        help="threshold group of a source-keyed bundle (the quick and default configs), e.g. the "
+        "name given to `failfast calibrate --agent`; scores unchanged (default: the "
+        "transcript's source, its folder name for most formats)",
     )
 
 
@@ -59,6 +97,7 @@ def _load_scorer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         int8=args.int8,
         target=args.target,
         sha256=args.bundle_sha256,
+        trust=args.trust,
     )
 
 
@@ -87,26 +126,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file or run folder (any supported format)")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    p.add_argument(
-        "--agent", default=None, help="agent family for thresholds (default: the transcript's)"
-    )
+    _group_args(p)
     p.add_argument("--json", action="store_true", help="print JSON (scores, every decision)")
     _limit_args(p)
     p.set_defaults(func=_score)
 
     p = sub.add_parser("serve", help="HTTP scoring service (FastAPI + uvicorn)")
     _scorer_args(p)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; one that is not loopback needs --api-key-file (or --insecure-open)",
+    )
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="API keys, one per line: KEY [SCOPES [NAME]], scopes of score,verdict,admin "
+        "(default score); mode 600; every /v1 call and /metrics then needs "
+        "`Authorization: Bearer KEY`; reloaded on SIGHUP (docs/USAGE.md, trust model)",
+    )
+    p.add_argument(
+        "--insecure-open",
+        action="store_true",
+        help="allow a non-loopback --host without --api-key-file (a proxy in front authenticates)",
+    )
     add_flags(p)  # one flag per ServiceConfig limit
     p.set_defaults(func=_serve)
 
-    p = sub.add_parser("hook", help="harness hooks (claude-code: a Claude Code command hook)")
-    p.add_argument("harness", choices=["claude-code"], help="which harness calls the hook")
+    p = sub.add_parser(
+        "hook",
+        help="harness hooks (claude-code: a Claude Code command hook)",
+        description=(
+            "A Claude Code command hook: reads one hook event (JSON: session_id, "
+            "transcript_path, hook_event_name, tool_name, ...) on stdin, scores the session's "
+            "transcript (the JSONL log transcript_path names), and answers on stdout: nothing "
+            'to go on, {"systemMessage"} on a warning, {"continue": false, "stopReason"} (and '
+            "a denied tool call on PreToolUse) on a stop, with the restart packet written "
+            "beside the transcript. Always exits 0; a broken monitor says nothing and logs "
+            "monitor_error on stderr. docs/USAGE.md, 'Wire a harness'."
+        ),
+    )
+    p.add_argument(
+        "harness",
+        choices=["claude-code"],
+        help="which harness calls the hook (claude-code: the only one so far)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle folder (loaded, and the model started, per event)")
     src.add_argument(
-        "--url", help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load)"
+        "--url",
+        help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load); sends "
+        "$FAILFAST_API_KEY as its key when set",
     )
     p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
@@ -115,9 +187,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout",
         type=float,
-        default=5.0,
-        help="seconds the whole call to the service may take (--url)",
+        default=None,
+        help="seconds the whole hook may take, reading the event included; past it the hook "
+        "says nothing and the session goes on (default: 5 with --url, 30 with --bundle)",
     )
+    _group_args(p)
     _limit_args(p)
     p.set_defaults(func=_hook)
 
@@ -128,13 +202,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scorer_args(p)
     p.add_argument("transcript", help="transcript file being written")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    p.add_argument("--agent", default=None, help="agent family for thresholds")
-    p.add_argument(
-        "--source",
-        default=None,
-        help="threshold group when the bundle's thresholds are keyed by source (default: the "
-        "transcript's)",
-    )
+    _group_args(p)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
@@ -161,7 +229,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _problem(e: BaseException) -> int:
     """Exit code 2 (a monitor problem, never 1: 1 means "stop the run"), with the reason."""
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {visible(e)}", file=sys.stderr)
     return 2
 
 
@@ -173,6 +241,8 @@ def _score(args: argparse.Namespace) -> int:
         traj = _read_limited(args)
         if args.agent:
             traj.agent = args.agent
+        if args.source:
+            traj.source = args.source
         scorer = _load_scorer(args)
         result = score_transcript(scorer, traj)
     except (TranscriptError, BundleError) as e:
@@ -185,53 +255,83 @@ def _score(args: argparse.Namespace) -> int:
         out["calibration"] = scorer.bundle.calibration
         print(json.dumps(out, default=str))
     else:
-        thr = "none (warn only)" if result.threshold is None else f"{result.threshold:.3f}"
-        print(
-            f"run={traj.id} agent={traj.agent} steps={len(traj.steps)} threshold={thr} ({result.threshold_origin})"
+        group = (
+            scorer.bundle.thresholds.group_of(traj.agent, traj.source)
+            if scorer.bundle.thresholds
+            else ""
+        )
+        print(  # names from the transcript: control characters shown, never sent raw
+            f"run={visible(traj.id)} agent={visible(traj.agent)} source={visible(traj.source)} "
+            f"steps={len(traj.steps)} group={visible(group)} "
+            f"threshold={_threshold_text(result, scorer.bundle.thresholds)}"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
-            print(f"  k={k:4d} score={s:.3f} {d.action:8s} {d.reason}")
+            print(f"  k={k:4d} score={s:.3f} {d.action:8s} {visible(d.reason)}")
         final = result.final
         if final.stop:
-            print(f"STOP at step {final.step}: {final.reason}")
+            print(f"STOP at step {final.step}: {visible(final.reason)}")
         else:
-            print(f"CONTINUE: {final.action} ({final.reason})")
+            print(f"CONTINUE: {final.action} ({visible(final.reason)})")
     return 1 if result.stop is not None else 0
 
 
+def _threshold_text(result: RunResult, table: ThresholdTable | None) -> str:
+    """The stop threshold a run used, and where from, in words."""
+    src = result.threshold_origin
+    if result.threshold is not None:
+        return f"{result.threshold:.3f} ({src})"
+    if src == "unknown-group" and table is not None:
+        known = ", ".join(sorted(table.groups)) or "none"
+        return (
+            f"none: no stop by score (unknown-group: the bundle has no thresholds for this "
+            f"group; its groups ({table.group_by}): {known}; pass --source/--agent, or "
+            "`failfast calibrate` it)"
+        )
+    if src == "refused":
+        return "none: no stop by score (refused: too few resolved calibration runs to certify the target)"
+    return f"none: no stop by score ({src})"
+
+
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from serving.app import create_app
-    from serving.guard import header_timeout_protocol
+    from serving.keys import KeyFileError, KeyRing, check_bind, install_reload
     from serving.limits import from_flags
+    from serving.server import serve
 
-    try:
+    try:  # the keys and the address are checked before the bundle loads and long before binding
+        keys = KeyRing(args.api_key_file) if args.api_key_file else None
+        check_bind(args.host, keys=keys is not None, insecure_open=args.insecure_open)
         cfg = from_flags(args)
         scorer = _load_scorer(args)
-        app = create_app(scorer, cfg)
-    except (BundleError, ValueError, OSError) as e:  # OSError: the decision log cannot be opened
+        app = create_app(scorer, cfg, keys=keys)
+    except (BundleError, KeyFileError, ValueError, OSError) as e:  # OSError: the decision log
         return _problem(e)
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        http=header_timeout_protocol(cfg.header_timeout_seconds),
-        limit_concurrency=cfg.max_connections,
+    if keys is not None:
+        install_reload(keys)  # SIGHUP; serving.server takes SIGTERM and SIGINT only
+    print(  # uvicorn at log level warning says nothing once it is up
+        f"failfast serve: listening on http://{args.host}:{args.port} (bundle {scorer.bundle.path}, "
+        f"target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
+        flush=True,
     )
+    serve(app, cfg, host=args.host, port=args.port)  # SIGTERM: ends within its deadline
     return 0
 
 
 def _hook(args: argparse.Namespace) -> int:
-    """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout."""
+    """Always exit 0 (Claude Code reads exit 2 as "block the tool call"): answers go to stdout.
+
+    So a bundle refused by --trust or --bundle-sha256 is a monitor_error on stderr, not exit 2:
+    the hook then runs the model-free halts (under the default policy with --trust)."""
     from monitor.policy import PolicyConfig
     from serving.bundle import read_policy
-    from serving.hooks.claude_code import read_event, run_hook
+    from serving.hooks.claude_code import run_hook
+    from serving.hooks.stdin import STDIN_SECONDS, read_event_within
 
     log = logging.getLogger("failfast.hook")
-    try:
-        event = read_event(sys.stdin.read())
+    t0 = time.monotonic()
+    timeout = args.timeout if args.timeout is not None else (5.0 if args.url else 30.0)
+    try:  # stdin left open after the event must not hold the hook
+        event = read_event_within(sys.stdin.buffer, min(timeout, STDIN_SECONDS))
     except Exception as e:  # a broken monitor never blocks the session: exit 0, say why
         log.error("failfast hook: monitor_error: %s", e)
         return 0
@@ -241,15 +341,19 @@ def _hook(args: argparse.Namespace) -> int:
             scorer = _load_scorer(args)
         except Exception as e:  # noqa: BLE001 - the model-free halts still run
             log.error("failfast hook: monitor_error: %s; model-free halts only", e)
-            policy = PolicyConfig.model_validate(read_policy(args.bundle))
+            # with --trust nothing of an untrusted bundle applies, its budgets neither
+            policy = PolicyConfig.model_validate({} if args.trust else read_policy(args.bundle))
     out = run_hook(
         event,
         scorer,
         url=args.url,
-        timeout=args.timeout,
+        timeout=max(0.1, round(t0 + timeout - time.monotonic(), 1)),  # what is left of it
+        deadline=t0 + timeout,
         policy=policy,
         max_bytes=args.max_bytes,
         max_steps=args.max_steps,
+        agent=args.agent,
+        source=args.source,
     )
     if out:
         print(json.dumps(out))

@@ -28,11 +28,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bundle", help="bundle folder written by `failfast export`")
-    src.add_argument("--url", help="a running `failfast serve`, e.g. http://127.0.0.1:8000")
+    src.add_argument(
+        "--url",
+        help="a running `failfast serve`, e.g. http://127.0.0.1:8000; sends $FAILFAST_API_KEY "
+        "as its key when set (a 401 is a monitor_error: the agent runs on)",
+    )
     p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
     p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
     p.add_argument("--bundle-sha256", default=None, metavar="HEX", help="pin the bundle")
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="PUBKEY",
+        help="refuse a bundle not signed by this Ed25519 public key (repeatable)",
+    )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per call to --url")
     p.add_argument("--transcript", required=True, help="the file the agent writes its run to")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
@@ -155,5 +166,6 @@ def _local_monitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         int8=args.int8,
         target=args.target,
         sha256=args.bundle_sha256,
+        trust=args.trust,
     )
     return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=DecisionLog())

@@ -73,17 +73,36 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
         "on the validation split (splits.json)",
     )
     p.add_argument("--val-max-runs", type=int, default=80, help="validation runs to score (cap)")
+    p.add_argument(
+        "--sign",
+        metavar="KEYFILE",
+        default=None,
+        help="sign monitor.json with this Ed25519 private key (failfast keygen): writes "
+        "monitor.json.sig, which `serve --trust PUBKEY` checks",
+    )
 
     def handler(args: argparse.Namespace) -> int:
+        import sys
         from pathlib import Path
 
+        from monitor.errors import BundleError, ConfigError
         from training.export.bundle import write_bundle
         from training.export.quant import quant_auroc_change
+        from training.export.sign import load_private_key, sign_bundle
 
+        try:  # the key is checked before the long export
+            key = load_private_key(args.sign) if args.sign else None
+        except BundleError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         train_dir = Path(args.train_dir) if args.train_dir else None
         model = Path(args.model) if args.model else Path(args.train_dir) / "model"
-        cfg = export_config(args.config, train_dir, args)
-        report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
+        try:
+            cfg = export_config(args.config, train_dir, args)
+            report = write_bundle(model, args.out, cfg=cfg, train_dir=train_dir)
+        except (BundleError, ConfigError, OSError) as e:  # refused or unreadable: exit 2
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"model.onnx: max |onnxruntime - torch| = {report.full_max_abs_diff:.3g} (fp32)")
         print(f"model_kv.onnx: max |onnxruntime - torch| = {report.kv_max_abs_diff:.3g} (fp32)")
         if report.int8_max_abs_diff is not None:
@@ -99,6 +118,9 @@ def _register_export(sub: argparse._SubParsersAction) -> None:
                     f"{k} {v:+.4f}" if v is not None else f"{k} n/a" for k, v in delta.items()
                 )
                 print(f"int8 - fp32 validation AUROC [{group}]: {cells}")
+        if key is not None:
+            sig, kid = sign_bundle(args.out, key)
+            print(f"signed: {sig} (key {kid})")
         print(f"bundle: {args.out}")
         return 0
 
@@ -223,7 +245,21 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         help="a label file for --data that labels every run it names, wherever it lies",
     )
     p.add_argument("--score-data", action="store_true", help="score --data with --bundle")
-    p.add_argument("--target-fpr", type=float, default=DEFAULT_TARGET, help="run-level FPR target")
+    p.add_argument(
+        "--group",
+        "--source",
+        dest="group",
+        default=None,
+        metavar="NAME",
+        help="threshold group of every evaluated run (the name given to `failfast calibrate "
+        "--agent`), whatever folder the runs sit in (default: each run's own source or agent)",
+    )
+    p.add_argument(
+        "--target-fpr",
+        type=float,
+        default=DEFAULT_TARGET,
+        help=f"run-level FPR target (default {DEFAULT_TARGET:g})",
+    )
     p.add_argument("--json", dest="json_out", help="write the report JSON here (+ .md beside it)")
     p.add_argument("--plots", help="folder for the PNG plots")
     p.add_argument("-o", "--override", action="append", default=[], help="EvalConfig key=value")
@@ -242,11 +278,22 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
             labels=args.labels,
             score_data=args.score_data,
         )
+        if args.group:  # the thresholds' own key; the p95 Budget keeps the runs' own groups
+            for r in inputs.records:
+                setattr(r, inputs.thresholds.group_by, args.group)
         result = inputs.evaluate(cfg)
         table = write_report(
-            result, inputs.records, cfg, json_path=args.json_out, plots_dir=args.plots
+            result,
+            inputs.records,
+            cfg,
+            json_path=args.json_out,
+            plots_dir=args.plots,
+            thresholds=inputs.thresholds,
         )
-        print(table, end="")
+        from training.evaluate.summary import plain_summary
+
+        print(table)
+        print(plain_summary(result, inputs.records, inputs.thresholds, scorer=cfg.scorer), end="")
         return 0
 
     p.set_defaults(func=handler)

@@ -12,6 +12,10 @@ it ran to its own end. A run stopped at step k that received no step after k (th
 the stop) is left out: its scores end at the stop and its verdict, if it has one, is that of a
 cut-short run, not of the run the monitor judged; a shadow run, or a verdict with
 `"finished": true`, counts whole. Every run left out is counted, by reason, in the summary.
+
+Lines are parsed through the typed records of training.data.log_records: a line that is not
+UTF-8 or JSON, or a record with a wrong type or a score outside [0, 1], is a problem naming its
+file and line, and is skipped; a second end record of one session is reported (the later wins).
 """
 
 from __future__ import annotations
@@ -19,13 +23,22 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from training.data.log_records import (
+    EndRecord,
+    LineProblem,
+    StartRecord,
+    VerdictRecord,
+    json_lines,
+    log_records,
+    verdict_record,
+)
 from training.data.records import RunRecord
 
 EVENTS = ("start", "observe", "check", "end", "verdict")
@@ -41,11 +54,13 @@ class LogRuns:
         skipped: reason -> runs left out ("no verdict", "stop obeyed", "no scores",
             "verdict for no logged run", "bad line").
         starts: the "start" records of the logs (which bundle and graphs wrote them).
+        problems: every line left out or doubtful, with its file and line number.
     """
 
     records: list[RunRecord] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     starts: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[LineProblem] = field(default_factory=list)
 
 
 def is_decision_log(path: str | Path) -> bool:
@@ -64,63 +79,42 @@ def is_decision_log(path: str | Path) -> bool:
     return False
 
 
-def _lines(path: Path, skipped: Counter[str]) -> Iterable[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                skipped["bad line"] += 1
-                continue
-            if isinstance(rec, dict):
-                yield rec
-            else:
-                skipped["bad line"] += 1
-
-
-def _key_of(rec: dict[str, Any]) -> tuple[str, str]:
-    """(session id, run id) of a record, either may be ""."""
-    session = rec.get("session") or rec.get("session_id") or ""
-    run = rec.get("run") if rec.get("run") is not None else rec.get("run_id")
-    return str(session), str(run or "")
-
-
-def read_verdicts(path: str | Path, skipped: Counter[str]) -> list[dict[str, Any]]:
-    """Verdicts of a file: {"session", "run", "resolved", "finished"} per run."""
+def read_verdicts(
+    path: str | Path, skipped: Counter[str], problems: list[LineProblem] | None = None
+) -> list[dict[str, Any]]:
+    """Verdicts of a file: {"session", "run", "resolved", "finished"} per run; a bad entry is a
+    line-numbered problem (and counted as a "bad line")."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
+    found: list[LineProblem] = []
     try:
-        whole = json.loads(text)
-    except ValueError:
+        whole = json.loads(p.read_bytes().decode("utf-8"))
+    except ValueError:  # not one JSON document (or not UTF-8 as a whole): JSON lines
         whole = None
     if isinstance(whole, dict) and "resolved" not in whole:  # {run id: verdict}
-        return [
-            {"session": "", "run": str(k), "resolved": bool(v), "finished": None}
-            for k, v in whole.items()
-            if isinstance(v, bool)
-        ]
-    rows = whole if isinstance(whole, list) else list(_lines(p, skipped))
-    out = []
-    for rec in rows:
-        if not isinstance(rec, dict) or not isinstance(rec.get("resolved"), bool):
-            skipped["bad line"] += 1
-            continue
-        session, run = _key_of(rec)
-        out.append(
-            {
-                "session": session,
-                "run": run,
-                "resolved": rec["resolved"],
-                "finished": rec.get("finished"),
-            }
-        )
+        out = []
+        for k, v in whole.items():
+            if isinstance(v, bool):
+                out.append({"session": "", "run": str(k), "resolved": v, "finished": None})
+            else:
+                found.append(LineProblem(str(p), 1, f"verdict of {k!r} is not true/false"))
+        rows: list[VerdictRecord | None] = []
+    elif isinstance(whole, list):
+        out = []
+        rows = [verdict_record(r, p, 1, found) for r in whole]
+    else:
+        out = []
+        rows = [verdict_record(r, p, n, found) for n, r in json_lines(p, found)]
+    for v in rows:
+        if v is not None:
+            session, run = v.key()
+            out.append(
+                {"session": session, "run": run, "resolved": v.resolved, "finished": v.finished}
+            )
+    if found:
+        skipped["bad line"] += len(found)
+    if problems is not None:
+        problems += found
     return out
-
-
-def _score(x: Any) -> float:
-    return float(x) if isinstance(x, int | float) else math.nan
 
 
 def runs_from_logs(
@@ -135,40 +129,56 @@ def runs_from_logs(
     only the shadow runs are a fair sample).
     """
     out = LogRuns()
-    ends: dict[str, dict[str, Any]] = {}  # key (session or run) -> end record, the last wins
+    ends: dict[str, EndRecord] = {}  # key (session or run) -> end record, the last wins
+    where: dict[str, str] = {}  # key -> "file:line" of its end record
     by_run: dict[str, str] = {}  # run id -> key of its last end record
     given: list[dict[str, Any]] = []
     for path in logs:
-        for rec in _lines(Path(path), out.skipped):
-            event = rec.get("event")
-            session, run = _key_of(rec)
-            if event == "start":
-                out.starts.append(rec)
-            elif event == "end":
-                ends[session or run] = rec
-                by_run[run] = session or run
-            elif event == "verdict" and isinstance(rec.get("resolved"), bool):
-                fields = {"resolved": rec["resolved"], "finished": rec.get("finished")}
+        found: list[LineProblem] = []
+        for n, rec in log_records(Path(path), found):
+            session, run = rec.key()
+            if isinstance(rec, StartRecord):
+                out.starts.append(rec.model_dump())
+            elif isinstance(rec, EndRecord):
+                key = session or run
+                if key in ends:
+                    out.skipped["duplicate end record"] += 1
+                    out.problems.append(
+                        LineProblem(
+                            str(path),
+                            n,
+                            f"a second end record of {key!r} (first at "
+                            f"{where[key]}); the later one is used",
+                        )  # fmt: skip
+                    )
+                ends[key] = rec
+                where[key] = f"{path}:{n}"
+                by_run[run] = key
+            else:
+                fields = {"resolved": rec.resolved, "finished": rec.finished}
                 given.append({"session": session, "run": run, **fields})
+        if found:
+            out.skipped["bad line"] += len(found)
+            out.problems += found
     for path in verdicts:
-        given += read_verdicts(path, out.skipped)
+        given += read_verdicts(path, out.skipped, out.problems)
     verdict_of: dict[str, dict[str, Any]] = {}
     for v in given:  # later verdicts (files come after logs) win
         sid = str(v["session"])
-        key = sid if sid and sid in ends else by_run.get(str(v["run"]))
-        if key is None:
+        target = sid if sid and sid in ends else by_run.get(str(v["run"]))
+        if target is None:
             out.skipped["verdict for no logged run"] += 1
             continue
-        verdict_of[key] = v
+        verdict_of[target] = v
     for key, end in ends.items():
-        if shadow_only and not end.get("shadow"):
+        if shadow_only and not end.shadow:
             out.skipped["not a shadow run"] += 1
             continue
-        found = verdict_of.get(key)
-        if found is None:
+        verdict = verdict_of.get(key)
+        if verdict is None:
             out.skipped["no verdict"] += 1
             continue
-        record, why = _record(key, end, found)
+        record, why = _record(key, end, verdict)
         if record is None:
             out.skipped[why] += 1
         else:
@@ -176,24 +186,24 @@ def runs_from_logs(
     return out
 
 
-def _record(key: str, end: dict[str, Any], verdict: dict[str, Any]) -> tuple[RunRecord | None, str]:
-    scores = [_score(x) for x in end.get("scores") or []]
-    tokens = [int(t) for t in end.get("tokens") or []][: len(scores)]
+def _record(key: str, end: EndRecord, verdict: dict[str, Any]) -> tuple[RunRecord | None, str]:
+    scores = [math.nan if x is None else x for x in end.scores]
+    tokens = end.tokens[: len(scores)]
     if not scores or all(math.isnan(s) for s in scores):
         return None, "no scores"
-    stop = end.get("stop_step")
+    stop = end.stop_step
     finished = verdict.get("finished")
-    if stop is not None and not end.get("shadow") and finished is not True:
-        if finished is False or len(scores) <= int(stop):
+    if stop is not None and not end.shadow and finished is not True:
+        if finished is False or len(scores) <= stop:
             return None, "stop obeyed"
     tokens += [0] * (len(scores) - len(tokens))
-    agent = str(end.get("agent") or "unknown")
+    agent = end.agent or "unknown"
     return (
         RunRecord(
             run_id=key,
-            instance_id=str(end.get("run") or key),
+            instance_id=end.run or key,
             agent=agent,
-            source=str(end.get("source") or agent),  # logs before sources were kept: the agent
+            source=end.source or agent,  # logs before sources were kept: the agent
             resolved=bool(verdict["resolved"]),
             step_tokens=np.asarray(tokens, dtype=np.int64),
             scores={"monitor": np.asarray(scores, dtype=np.float64)},

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.escape import md
 from monitor.schedule import Schedule
 from training.data.records import RunRecord
 from training.evaluate.calibrated import live_auroc, mean_live_auroc
@@ -133,6 +134,7 @@ def report_markdown(report: Mapping[str, Any], *, key: str = "agent") -> str:
         "|---|---:|---:|---|---|---|---|",
     ]
     for g, row in groups.items():
+        g = md(g)  # a group name from the data stays in its cell
         for s, a in row["auroc"].items():
             cells = [_auroc_cell(a[f"{f:g}"]) for f in FRACTIONS]
             lines.append(
@@ -141,7 +143,7 @@ def report_markdown(report: Mapping[str, Any], *, key: str = "agent") -> str:
     mean = report.get("mean_per_agent_auroc", {})
     lines += [
         "",
-        "Mean per-agent monitor AUROC: " + ", ".join(f"{k}: {v:.3f}" for k, v in mean.items()),
+        "Mean per-agent monitor AUROC: " + ", ".join(f"{md(k)}: {v:.3f}" for k, v in mean.items()),
         "",
         "Mean per-agent AUROC among runs still going (what modelling decisions use):",
         "",
@@ -159,6 +161,7 @@ def report_markdown(report: Mapping[str, Any], *, key: str = "agent") -> str:
             "|---|---|---|---|---|",
         ]
         for g, row in groups.items():
+            g = md(g)  # a group name from the data stays in its cell
             tr = row["targets"][t]
             m = tr["methods"][REFERENCE_METHOD]
             eq = "; ".join(
@@ -172,6 +175,7 @@ def report_markdown(report: Mapping[str, Any], *, key: str = "agent") -> str:
             )
         lines += ["", f"Threshold methods at {t} (realized FPR / saved, %):", ""]
         for g, row in groups.items():
+            g = md(g)  # a group name from the data stays in its cell
             methods = ", ".join(
                 f"{name} {_pct(v['fpr'])} / {_pct(v['saved'])}"
                 for name, v in row["targets"][t]["methods"].items()

@@ -20,13 +20,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from monitor.thresholds import ThresholdTable
 from training.config import EvalConfig
 from training.data.records import RunRecord, load_records, records_from_runs
+
+if TYPE_CHECKING:
+    from serving.scorer import Scorer
 
 log = logging.getLogger(__name__)
 
@@ -145,15 +148,20 @@ def _find_thresholds(bundle: Path | None, train_dir: Path | None) -> ThresholdTa
     )
 
 
-def score_with_bundle(bundle: str | Path, runs: Sequence[Any]) -> list[RunRecord]:
-    """RunRecords of labelled runs scored with an exported bundle and the baselines saved in it."""
+def score_with_bundle(
+    bundle: str | Path, runs: Sequence[Any], *, scorer: Scorer | None = None, progress: bool = True
+) -> list[RunRecord]:
+    """RunRecords of labelled runs scored with an exported bundle and the baselines saved in it
+    (`scorer`: the bundle already loaded; `progress`: a bar on stderr)."""
+    from tqdm import tqdm
+
     from serving.scorer import Scorer
     from training.baselines.learned import baseline_run_scores, load_baselines
 
-    scorer = Scorer.load(bundle)
+    scorer = scorer or Scorer.load(bundle)
     pipes = load_baselines(Path(bundle) / "baselines")
     out = []
-    for t in runs:
+    for t in tqdm(runs, desc="scoring runs", unit="run", disable=not progress):
         scores = {"monitor": np.asarray(scorer.score_run(t))}
         if not len(scores["monitor"]):
             continue
@@ -209,16 +217,29 @@ def write_report(
     *,
     json_path: str | Path | None = None,
     plots_dir: str | Path | None = None,
+    thresholds: ThresholdTable | None = None,
 ) -> str:
-    """Write the report as JSON (+ its markdown table beside it) and plots; returns the table."""
+    """Write the report as JSON (+ its markdown table beside it, and with `thresholds` the plain
+    summary under it) and plots; returns the table."""
     from training.evaluate.report import markdown_table
 
     table = markdown_table(result)
     if json_path is not None:
         out = Path(json_path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1, default=float) + "\n")
-        out.with_suffix(".md").write_text(table)
+        from monitor.atomic import atomic_write_text  # each file whole or not at all
+
+        md = table
+        if thresholds is not None:
+            from training.evaluate.summary import plain_summary
+
+            md += (
+                "\n## In plain words\n\n```\n"
+                + plain_summary(result, records, thresholds)
+                + "```\n"
+            )
+        atomic_write_text(out, json.dumps(result, indent=1, default=float) + "\n")
+        atomic_write_text(out.with_suffix(".md"), md)
     if plots_dir is not None:
         from training.evaluate.plots import write_plots
 

@@ -7,7 +7,7 @@
 - roc_by_fraction.png: ROC of each score at 25 / 50 / 75 % of each run, one line per source
   (a pooled ROC mostly measures which agent wrote the run).
 - score_over_steps.png: the monitor's score over the run for a sample of resolved and
-  unresolved runs.
+  unresolved runs, with each group's stop threshold.
 """
 
 from __future__ import annotations
@@ -38,13 +38,15 @@ def pyplot() -> Any:
 def plot_tradeoff(
     records: Sequence[RunRecord], result: Mapping[str, Any], path: Path, *, scorers: Sequence[str]
 ) -> None:
-    """Tokens saved vs realized FPR, one panel per source plus overall."""
+    """Tokens saved vs realized FPR, one panel per source plus overall (no overall panel for a
+    single source: it would repeat that panel)."""
     plt = pyplot()
     schedule = Schedule.model_validate(result["schedule"])
     scopes: list[tuple[str, list[RunRecord], Mapping[str, Any]]] = [
         (s, [r for r in records if r.source == s], sec) for s, sec in result["per_source"].items()
     ]
-    scopes.append(("overall", list(records), result))
+    if len(scopes) != 1:
+        scopes.append(("overall", list(records), result))
     cols = min(3, len(scopes))
     rows = math.ceil(len(scopes) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
@@ -53,20 +55,24 @@ def plot_tradeoff(
             if recs and all(s in r.scores for r in recs):
                 pts = tradeoff_curve(recs, scorer=s, schedule=schedule)
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=f"{s} (swept)")
-        ops = [("monitor", sec["monitor"]), *sec["baselines"].items(), ("oracle", sec["oracle"])]
+        # the monitor last and on top: baselines matched to its FPR sit on the same spot
+        ops = [*sec["baselines"].items(), ("oracle", sec["oracle"]), ("monitor", sec["monitor"])]
         for label, m in ops:
             if m.get("realized_fpr") is not None and m.get("token_savings") is not None:
-                marker = "*" if label == "monitor" else "o"
+                mon = label == "monitor"
                 ax.scatter(
                     [m["realized_fpr"]],
                     [m["token_savings"]],
-                    marker=marker,
-                    s=60,
-                    label=label,
-                    zorder=3,
+                    marker="*" if mon else "o",
+                    s=220 if mon else 40,
+                    facecolor="gold" if mon else None,
+                    edgecolor="black" if mon else None,
+                    label="monitor (at its thresholds)" if mon else label,
+                    zorder=6 if mon else 3,
                 )
-        ax.axvline(result["target_fpr"], color="grey", ls=":", lw=1)
-        ax.set_title(name)
+        t = result["target_fpr"]
+        ax.axvline(t, color="grey", ls=":", lw=1, label=f"target FPR {t:g}")
+        ax.set_title(f"{name} ({len(recs)} runs)")
         ax.set_xlabel("realized run-level FPR")
         ax.set_ylabel("token savings")
         ax.set_xlim(-0.02, 1.02)
@@ -107,15 +113,28 @@ def plot_roc(records: Sequence[RunRecord], path: Path, *, scorers: Sequence[str]
 
 
 def plot_scores_over_steps(
-    records: Sequence[RunRecord], path: Path, *, scorer: str = "monitor", n: int = 6, seed: int = 0
+    records: Sequence[RunRecord],
+    path: Path,
+    *,
+    scorer: str = "monitor",
+    n: int = 6,
+    seed: int = 0,
+    thresholds: Mapping[str, Any] | None = None,
 ) -> None:
-    """Score after each step for `n` resolved and `n` unresolved runs drawn with a fixed seed."""
+    """Score after each step for `n` resolved and `n` unresolved runs drawn with a fixed seed,
+    with each group's stop threshold (`thresholds`: the report's "threshold" section)."""
     plt = pyplot()
     rng = np.random.default_rng(seed)
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = {True: 0, False: 0}
+    for j, (g, used) in enumerate(sorted((thresholds or {}).items())):
+        t = used.get("threshold") if isinstance(used, Mapping) else None
+        if t is not None:
+            ax.axhline(t, color=f"C{j}", ls="--", lw=1, label=f"stop threshold {g}: {t:.3f}")
     for resolved, color in ((True, "tab:green"), (False, "tab:red")):
         pool = [r for r in records if r.resolved == resolved and scorer in r.scores and r.n_steps]
         pick = rng.choice(len(pool), size=min(n, len(pool)), replace=False) if pool else ()
+        drawn[resolved] = len(pick)
         for j, i in enumerate(pick):
             r = pool[int(i)]
             ax.plot(
@@ -128,7 +147,12 @@ def plot_scores_over_steps(
     ax.set_xlabel("step k")
     ax.set_ylabel(f"{scorer} score P(unresolved | steps 1..k)")
     ax.set_ylim(-0.02, 1.02)
-    ax.legend()
+    ax.set_title(
+        f"{scorer} score over steps: {drawn[True]} resolved and {drawn[False]} unresolved runs "
+        f"drawn from {len(records)}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -152,5 +176,7 @@ def write_plots(
     ]
     plot_tradeoff(records, result, paths[0], scorers=scorers)
     plot_roc(records, paths[1], scorers=scorers)
-    plot_scores_over_steps(records, paths[2], scorer=scorers[0], n=n_runs)
+    plot_scores_over_steps(
+        records, paths[2], scorer=scorers[0], n=n_runs, thresholds=result.get("threshold")
+    )
     return paths

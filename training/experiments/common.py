@@ -45,5 +45,7 @@ def write_result(out: Path, name: str, result: dict[str, Any], table: str) -> No
     """OUT/experiments/NAME.json and NAME.md."""
     d = out / "experiments"
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"{name}.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
-    (d / f"{name}.md").write_text(table)
+    from monitor.atomic import atomic_write_text  # each file whole or not at all
+
+    atomic_write_text(d / f"{name}.json", json.dumps(result, indent=1, default=float) + "\n")
+    atomic_write_text(d / f"{name}.md", table)

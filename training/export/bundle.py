@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
@@ -145,18 +146,24 @@ def write_bundle(
     Returns:
         The export report (largest ORT-vs-torch differences; int8 difference with --int8).
     """
+    cfg = cfg or ExportConfig()
+    model_dir, out = Path(model_dir), Path(out)
+    tdir = Path(train_dir) if train_dir is not None else None
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise BundleError(f"{out}: not empty and not a bundle; refusing to overwrite")
+    # Built beside `out` and renamed into place whole: a kill leaves the previous bundle as it was.
+    with atomic_dir(out) as tmp:
+        report = _write(model_dir, tmp, cfg, tdir)
+    log.info("bundle written to %s", out)
+    return report
+
+
+def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> ExportReport:
+    """Every file of the bundle into the (temporary) folder `out`."""
     import shutil
 
     from training.model.classifier import load_classifier, read_classifier_meta
 
-    cfg = cfg or ExportConfig()
-    model_dir, out = Path(model_dir), Path(out)
-    tdir = Path(train_dir) if train_dir is not None else None
-    if out.exists() and any(out.iterdir()):
-        if not (out / MANIFEST).is_file():
-            raise BundleError(f"{out}: not empty and not a bundle; refusing to overwrite")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
     meta = read_classifier_meta(model_dir)
     model = load_classifier(model_dir)
     report = export_graphs(model, out, cfg)
@@ -177,5 +184,4 @@ def write_bundle(
     manifest = _manifest(model, meta, found, cfg, report)
     (out / "README.md").write_text(model_card(manifest.to_json()))
     write_manifest(out, manifest)
-    log.info("bundle written to %s", out)
     return report

@@ -8,8 +8,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
+from monitor.escape import md
 from monitor.thresholds import ThresholdTable
+from training.export.card import model_card
 
 log = logging.getLogger(__name__)
 
@@ -29,30 +32,42 @@ def write_calibrated_bundle(
     Raises:
         BundleError: `out` is the source bundle, or not empty and not a bundle.
     """
-    from serving.bundle import load_bundle
-    from serving.manifest import MANIFEST, write_manifest
+    from serving.manifest import MANIFEST
 
     src, dst = Path(bundle.path), Path(out)
     if dst.resolve() == src.resolve():
         raise BundleError(f"{dst}: --out must not be the bundle being recalibrated")
-    if dst.exists() and any(dst.iterdir()):
-        if not (dst / MANIFEST).is_file():
-            raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
+        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+    # Built beside `out` and renamed into place whole: a kill leaves the previous bundle as it was.
+    with atomic_dir(dst) as tmp:
+        _copy(bundle, src, tmp, table, record, target)
+    log.info("recalibrated bundle written to %s", dst)
+    return dst
+
+
+def _copy(
+    bundle: Any, src: Path, dst: Path, table: ThresholdTable, record: dict[str, Any], target: float
+) -> None:
+    from serving.bundle import load_bundle
+    from serving.manifest import Manifest, write_manifest
+
     for name in bundle.manifest.files:
         (dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / name, dst / name)
-    manifest = bundle.manifest.model_copy(
-        update={"thresholds": table, "target": float(target), "calibration": record}
+    # validated (not model_copy): the policy takes the new table's schedule
+    manifest = Manifest.model_validate(
+        {
+            **bundle.manifest.to_json(),
+            "thresholds": table.to_json(),
+            "target": float(target),
+            "calibration": record,
+        }
     )
-    card = dst / "README.md"
-    if card.is_file():
-        card.write_text(card.read_text() + _card_section(record))
+    # the card is rendered again from the new manifest (the copied one states the old thresholds)
+    (dst / "README.md").write_text(model_card(manifest.to_json()) + _card_section(record))
     write_manifest(dst, manifest)
-    load_bundle(dst)
-    log.info("recalibrated bundle written to %s", dst)
-    return dst
+    load_bundle(dst)  # the hashes hold before the copy replaces anything
 
 
 def _card_section(record: dict[str, Any]) -> str:
@@ -67,8 +82,20 @@ def _card_section(record: dict[str, Any]) -> str:
         "",
     ]
     for g, c in record["groups"].items():
-        lines.append(f"- {g}: {c['runs']} runs, {c['resolved']} resolved")
+        lines.append(f"- {md(g)}: {c['runs']} runs, {c['resolved']} resolved")
     for g, why in record["kept"].items():
-        lines.append(f"- {g}: {why}")
+        lines.append(f"- {md(g)}: {md(why)}")
     lines.append(f"- pooled: {record['pooled']}")
+    check = record["data"].get("check")
+    if check:
+        lines.append(
+            f"- checked first (`--check {check['held_out_fraction']:g}`): calibrated on "
+            f"{check['calibration_runs']} runs, measured on {check['held_out_runs']} held-out runs "
+            f"at {check['target_fpr']:g}: realized FPR {_pct(check['realized_fpr'])}, tokens saved "
+            f"{_pct(check['token_savings'])}; this bundle is {check['bundle']}"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"

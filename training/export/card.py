@@ -4,26 +4,83 @@ from __future__ import annotations
 
 from typing import Any
 
+from monitor.escape import md
+from monitor.thresholds import DEFAULT_FALLBACK, DEFAULT_GROUP_BY, DEFAULT_MARGIN
+
 
 def _fmt_metrics(metrics: dict[str, Any]) -> list[str]:
     lines = []
     for key, val in sorted(metrics.items()):
         if isinstance(val, dict):
             inner = ", ".join(
-                f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                f"{md(k)}={v:.3f}" if isinstance(v, float) else f"{md(k)}={md(v)}"
                 for k, v in val.items()
                 if not isinstance(v, dict)
             )
+            key = md(key)
             lines.append(f"- {key}: {inner}" if inner else f"- {key}: (nested, see monitor.json)")
         else:
-            lines.append(f"- {key}: {val}")
+            lines.append(f"- {md(key)}: {md(val)}")
+    return lines
+
+
+def _stop_cell(target: str, entry: dict[str, Any]) -> str:
+    st = (entry.get("stop") or {}).get(target) or {}
+    if st.get("threshold") is not None:
+        return f"{target}: {st['threshold']:.3f}"
+    return f"{target}: refused ({st['refused']})" if st.get("refused") else f"{target}: not fitted"
+
+
+def _thresholds_section(manifest: dict[str, Any]) -> list[str]:
+    """What the thresholds are keyed by, what a session must name, and each group's state, all
+    read from the manifest (so the card cannot drift from monitor.json)."""
+    th = manifest.get("thresholds") or {}
+    if not th:
+        return ["## Thresholds", "- none: every run is scored, no stop by score (warn only)"]
+    key = th.get("group_by", DEFAULT_GROUP_BY)
+    fallback = th.get("fallback", DEFAULT_FALLBACK)
+    groups = th.get("groups") or {}  # the groups, keyed by agent or by source
+    targets = [f"{t:g}" for t in th.get("targets") or []]
+    field = (
+        "`source` (HTTP, `Monitor.start`), `--source` (score, watch, hook)"
+        if key == "source"
+        else "`agent` (HTTP, `Monitor.start`), `--agent` (score, watch, hook)"
+    )
+    lines = [
+        "## Thresholds",
+        f"- mode {th.get('mode', '-')}, method {th.get('method', '-')}, confidence "
+        f"{th.get('confidence', '-')}, margin {th.get('margin', DEFAULT_MARGIN)} (each target fitted at "
+        f"target / margin); check schedule {th.get('schedule', '-')}",
+        f"- served target (run-level FPR): {manifest['target']:g}",
+        f"- keyed by **{key}**: a run finds its thresholds under its {key}; name it as {field}",
+    ]
+    if fallback == "none":
+        lines.append(
+            "- fallback none: a group not listed below, or a refused target, gets no stop by "
+            "score (warnings and the model-free halts still apply); `failfast calibrate` gives "
+            "a new group thresholds"
+        )
+    else:
+        lines.append(
+            "- fallback pooled: a group not listed below (with a warning), or a refused target, "
+            "uses the pooled threshold, whose FPR for that group nobody certified"
+        )
+    lines.append(f"- groups ({len(groups)}), stop threshold per target:")
+    for g, entry in sorted(groups.items()):
+        cells = ", ".join(_stop_cell(t, entry) for t in targets)
+        lines.append(
+            f"  - {md(g)} ({entry.get('n_resolved', '?')} resolved calibration runs): {cells}"
+        )
+    pooled = th.get("pooled") or {}
+    if pooled:
+        cells = ", ".join(_stop_cell(t, pooled) for t in targets)
+        lines.append(f"  - pooled ({pooled.get('n_resolved', '?')} resolved): {cells}")
     return lines
 
 
 def model_card(manifest: dict[str, Any]) -> str:
     """The bundle's README.md: data, metrics, limits, intended use."""
     cls = manifest["classifier"]
-    th = manifest.get("thresholds") or {}
     data = manifest.get("data_summary") or {}
     lines = [
         "# failfast-monitor bundle",
@@ -46,12 +103,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "## Validation metrics (per agent first; a pooled figure mostly measures which agent wrote the run)",
         *(_fmt_metrics(manifest.get("metrics") or {}) or ["- none recorded"]),
         "",
-        "## Thresholds",
-        f"- mode: {th.get('mode', 'none')}, confidence {th.get('confidence', '-')}, schedule {th.get('schedule', '-')}",
-        f"- served target (run-level FPR): {manifest['target']}; thresholds per "
-        f"{th.get('group_by', 'agent')} ({', '.join(sorted(th.get('groups') or {})) or 'none'}:",
-        "  pass that name as the session's `agent`) with a pooled fallback (warning) for one never",
-        "  calibrated; a refused target means no stop by score.",
+        *_thresholds_section(manifest),
         "",
         "## Intended use and limits",
         "- Early stopping and warm restart of SWE-bench-style agent runs, checked at step boundaries.",

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.atomic import atomic_dir
 from monitor.types import Trajectory
 from training.baselines.rules import loopbrake_stops
 from training.config import PipelineConfig, ThresholdConfig
@@ -193,14 +194,14 @@ def run_crossfit(
     summary: dict[str, Any] = {}
     for view in views:
         res = crossfit_view(cfg, encoder, encoded, view, methods=methods, folds=folds)
-        folder = out / view
-        folder.mkdir(exist_ok=True)
-        save_records(folder / "records.parquet", res.records)
-        stops = {"methods": res.stops, "loopbrake": res.loopbrake}
-        (folder / "stops.json").write_text(json.dumps(stops))
-        (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
-        (folder / "probes.json").write_text(json.dumps(res.probes))
-        summary[view] = write_view_report(cfg, folder, view, res.records, stops, folds=folds)
+        # the view's folder is written beside its place and renamed in whole (a kill keeps the old)
+        with atomic_dir(out / view) as folder:
+            save_records(folder / "records.parquet", res.records)
+            stops = {"methods": res.stops, "loopbrake": res.loopbrake}
+            (folder / "stops.json").write_text(json.dumps(stops))
+            (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
+            (folder / "probes.json").write_text(json.dumps(res.probes))
+            summary[view] = write_view_report(cfg, folder, view, res.records, stops, folds=folds)
     if len(summary) > 1:
         plot_threshold_methods(summary, out / "threshold_methods.png")
     return summary
