@@ -1,5 +1,5 @@
 """Feature-pass throughput on this CPU: tokens/s of SmolLM2-135M truncated to 4 / 6 / 12 / 30 layers,
-per engine (torch fp32 / bf16, the fused onnxruntime graph in fp32 or int8: training.model.ort_features).
+per engine (torch fp32 / bf16, the fused onnxruntime graph in fp32 or int8: training.export.features_graph).
 
 Encodes the featuriser windows of a fixed sample of real runs (../shared/data, or --data) with
 the quick config's rendering, through training.model.features.encode_windows (what the feature
@@ -41,7 +41,7 @@ def _engine(name: str, base: str, n: int, pooling: str, threads: int, work: Path
     if name.startswith("torch"):
         dtype = name.split(":", 1)[1] if ":" in name else "float32"
         return build_classifier(base, n, [], dtype, pooling=pooling).eval()
-    from training.model.ort_features import OrtFeatures
+    from training.export.features_graph import OrtFeatures
 
     model = build_classifier(base, n, [], "float32", pooling=pooling).eval()
     return OrtFeatures(model, work / f"{name}-L{n}", name, threads)

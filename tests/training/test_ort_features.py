@@ -1,4 +1,4 @@
-"""The onnxruntime feature pass (training.model.ort_features): fp32 features equal torch's, int8
+"""The onnxruntime feature pass (training.export.features_graph): fp32 features equal torch's, int8
 ones stay close and never depend on the batch, and the cache keys keep numeric schemes apart."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 from training.config import load_pipeline_config  # noqa: E402
+from training.export.features_graph import GRAPH, OrtFeatures  # noqa: E402
 from training.model.backbone import backbone_key, feature_scheme  # noqa: E402
 from training.model.classifier import build_classifier  # noqa: E402
 from training.model.features import encode_windows, extract_features  # noqa: E402
-from training.model.ort_features import GRAPH, OrtFeatures  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["last", "last+mean"])

@@ -36,7 +36,7 @@ class Encoder:
         base_dir: the backbone's local folder (its tokenizer is saved with the model).
         cfg: the pipeline config (batch sizes, progress bars).
         features: what runs the frozen backbone in the feature pass (`model`, or its
-            onnxruntime graph: training.model.ort_features); a tuned backbone is run by `model`.
+            onnxruntime graph: training.export.features_graph); a tuned backbone is run by `model`.
     """
 
     model: PrefixClassifier
@@ -105,7 +105,7 @@ def load_encoder(cfg: PipelineConfig) -> Encoder:
     featuriser = Featuriser.from_tokenizer_file(base_dir, cfg.featurise)
     features: Any = model
     if mc.feature_engine != "torch":
-        from training.model.ort_features import OrtFeatures
+        from training.export.features_graph import OrtFeatures
 
         folder = root / "graphs" / f"{key}-{mc.pooling.replace('+', '-')}"
         features = OrtFeatures(model, folder, mc.feature_engine, tc.threads)
