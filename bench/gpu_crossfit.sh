@@ -20,4 +20,4 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # On the GPU a cache of its own: bf16-autocast features never mix with a CPU run's fp32 ones.
 if [[ ${#dry[@]} -eq 0 ]]; then export FAILFAST_CACHE="${FAILFAST_CACHE:-$out/cache}"; fi
-exec "$py" -m training.pipeline.gpu_crossfit --data "$data" --out "$out" "${dry[@]}" "$@"
+exec "$py" bench/gpu_crossfit.py --data "$data" --out "$out" "${dry[@]}" "$@"

@@ -29,7 +29,7 @@ def _tiny(tiny_model_dir, tmp_path):
             "lora_top_layers": 1,
             "max_steps": 2,
             "batch_size": 2,
-            "probe_C": [0.1],
+            "probe_C": [0.1, 1.0],  # two pairs: the out-of-fold selection runs too
             "probe_hidden_scale": [0.1],
         },
         evaluate={"n_boot": 20},
@@ -46,10 +46,11 @@ def test_gpu_crossfit_scores_every_run_once_and_writes_the_headline(tiny_model_d
     assert sorted(r.run_id for r in recs) == sorted(r.id for r in runs)  # each run scored once
     assert set(recs[0].scores) == {"monitor", "signals_lr", "tfidf_lr", "step_limit"}
     meta = res["meta"]
-    assert meta["aborted"] is None and len(meta["pairs"]) == 3
+    assert meta["aborted"] is None
+    assert len(meta["pairs"]) == 3
     assert meta["device"]["cuda"] in (True, False)
     for p in meta["pairs"]:  # tuning, calibration and test runs are disjoint and cover the pair
-        assert p["tune_runs"] > 0 and p["calibration_runs"] > 0 and p["windows"] > 0
+        assert min(p["tune_runs"], p["calibration_runs"], p["windows"]) > 0
     assert sum(p["test_runs"] for p in meta["pairs"]) == len(runs)
     head = json.loads((tmp_path / "g" / "report.json").read_text())
     assert set(head["agents"]) == {"alpha", "beta"}
@@ -57,7 +58,8 @@ def test_gpu_crossfit_scores_every_run_once_and_writes_the_headline(tiny_model_d
     assert set(alpha["live_auroc"]["monitor"]) == {"5", "10"}
     assert set(alpha["saved"]) == {"0.05", "0.1"}
     md = (tmp_path / "g" / "report.md").read_text()
-    assert "mean per agent" in md and "full run" in md
+    assert "mean per agent" in md
+    assert "full run" in md
     assert (tmp_path / "g" / "instance" / "report.md").read_text()
 
 
@@ -68,7 +70,8 @@ def test_gpu_crossfit_stops_within_budget_and_writes_the_pairs_done(tiny_model_d
     cfg = _tiny(tiny_model_dir, tmp_path)
     res = run_gpu_crossfit(cfg, runs, tmp_path / "g", folds=3, budget_s=0.001)
     meta = res["meta"]
-    assert len(meta["pairs"]) == 1 and "exceeds the 0 s budget" in meta["aborted"]
+    assert len(meta["pairs"]) == 1
+    assert "exceeds the 0 s budget" in meta["aborted"]
     recs = load_records(tmp_path / "g" / "instance" / "records.parquet")
     assert len(recs) == meta["pairs"][0]["test_runs"] < len(runs)
     assert "PARTIAL" in (tmp_path / "g" / "report.md").read_text()
@@ -80,10 +83,15 @@ def test_live_auroc_counts_only_runs_still_going():
     def rec(i, n, resolved, s):
         return RunRecord(f"r{i}", f"i{i}", "a", "src", resolved, np.ones(n), {"m": np.full(n, s)})
 
-    recs = [rec(0, 6, False, 0.9), rec(1, 6, True, 0.1), rec(2, 5, False, 0.0), rec(3, 9, True, 0.2)]
+    recs = [
+        rec(0, 6, False, 0.9),
+        rec(1, 6, True, 0.1),
+        rec(2, 5, False, 0.0),
+        rec(3, 9, True, 0.2),
+    ]
     out = live_auroc(recs, "m", 5)  # run 2 ended at step 5: nothing left to save there
     assert out == {"auroc": 1.0, "runs": 3}
-    assert live_auroc(recs, "m", 6)["runs"] == 1 and live_auroc(recs, "m", 6)["auroc"] is None
+    assert live_auroc(recs, "m", 6) == {"auroc": None, "runs": 1}  # one class left
 
 
 @pytest.mark.slow
@@ -96,7 +104,9 @@ def test_gpu_crossfit_script_dry_run_on_the_real_model(data_dir, tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
-    assert p.stdout.startswith("device: ") and "DRY RUN" in p.stdout
+    assert p.stdout.startswith("device: ")
+    assert "DRY RUN" in p.stdout
     head = json.loads((out / "report.json").read_text())
-    assert head["meta"]["dry_run"] and head["meta"]["runs"] == 40
+    assert head["meta"]["dry_run"]
+    assert 36 <= head["meta"]["runs"] <= 44  # stratified: about 40
     assert len(head["meta"]["pairs"]) == 2

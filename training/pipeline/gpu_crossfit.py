@@ -1,6 +1,6 @@
 """Cross-fitted LoRA: every layer of the backbone tuned on every run, scored like `failfast crossfit`.
 
-`bench/gpu_crossfit.sh` runs it (configs/gpu-crossfit.yaml). For each pair of K instance folds:
+`bench/gpu_crossfit.sh` runs it (bench/gpu_crossfit.py, configs/gpu-crossfit.yaml). For each pair of K instance folds:
 
 1. the training folds' instances are split once more (seeded, by instance): a *calibration* fold
    (1 of K-1) and the *tuning* runs (the rest);
@@ -23,12 +23,10 @@ partial) instead of running past it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
 import math
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,11 +36,11 @@ import numpy as np
 
 from monitor.types import Trajectory
 from training.baselines.rules import loopbrake_stops
-from training.config import PipelineConfig, ThresholdConfig, load_pipeline_config
+from training.config import PipelineConfig, ThresholdConfig
 from training.data.examples import probe_examples, window_examples
 from training.data.folds import instance_folds, view_pairs
 from training.data.records import RunRecord, save_records
-from training.data.runs import labelled_runs, load_runs, stratified_subsample
+from training.data.runs import labelled_runs, stratified_subsample
 from training.evaluate.auroc import _auroc
 from training.evaluate.stops import score_stops
 from training.pipeline import stages
@@ -110,8 +108,8 @@ def live_auroc(records: Sequence[RunRecord], scorer: str, step: int) -> dict[str
 
 
 def _split_tuning(train: Encoded, k: int, seed: int) -> tuple[Encoded, Encoded]:
-    """(tuning runs, calibration runs): one instance fold of k held out for calibration."""
-    fold = instance_folds(train.runs, k, seed=seed + 1)
+    """(tuning runs, calibration runs): one instance fold of k (at least 2) held out."""
+    fold = instance_folds(train.runs, max(k, 2), seed=seed + 1)
     tune = [i for i, f in enumerate(fold) if f != 0]
     cal = [i for i, f in enumerate(fold) if f == 0]
     return train.subset(tune), train.subset(cal)
@@ -128,7 +126,10 @@ def _tune_and_score(
 
     tc = cfg.train
     grid = [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C]
-    head, _ = _fit_on_training(cfg, encoder, tune, grid)
+    if len(grid) > 1:  # chosen by the tuning runs' out-of-fold scores, as `failfast crossfit` does
+        head, _ = _fit_on_training(cfg, encoder, tune, grid)
+    else:
+        head = stages.fit_head(cfg, encoder.model, tune, grid=grid)
     baselines = stages.fit_baselines(cfg, encoder, tune, head)
     windows = window_examples(encoder.featuriser, tune.runs, tune.signals, head.examples)
     gpu = torch.cuda.is_available()
@@ -208,12 +209,12 @@ def crossfit_lora(
         left = len(pairs) - i - 1
         projected = elapsed + float(np.mean(res.seconds)) * left
         info["projected_s"] = projected
-        print(
-            f"pair {i + 1}/{len(pairs)}: {len(tune.runs)} tune / {len(cal.runs)} calibration / "
-            f"{len(test.runs)} test runs, {n_windows} windows, {res.seconds[-1]:.0f} s; "
-            f"projected total {projected:.0f} s of {budget_s:.0f} s",
-            flush=True,
-        )
+        log.info(
+            "pair %d/%d: %d tune / %d calibration / %d test runs, %d windows, %.0f s; "
+            "projected total %.0f s of %.0f s",
+            i + 1, len(pairs), len(tune.runs), len(cal.runs), len(test.runs), n_windows,
+            res.seconds[-1], projected, budget_s,
+        )  # fmt: skip
         if left and projected > budget_s:
             info["aborted"] = (
                 f"projected {projected:.0f} s after pair {i + 1} exceeds the {budget_s:.0f} s "
@@ -263,7 +264,9 @@ def summary(report: Mapping[str, Any], records: Sequence[RunRecord]) -> dict[str
 
 
 def _f(x: float | None, scale: float = 1.0, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.{digits}f}"
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{x * scale:.{digits}f}"
 
 
 def summary_markdown(s: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
@@ -296,9 +299,7 @@ def summary_markdown(s: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
         saved = []
         for t in SAVED_TARGETS:
             m = a["saved"].get(t)
-            saved.append(
-                f"{_f(m['saved'], 100, 1)}% ({_f(m['fpr'], 100, 1)}%)" if m else "-"
-            )
+            saved.append(f"{_f(m['saved'], 100, 1)}% ({_f(m['fpr'], 100, 1)}%)" if m else "-")
         lines.append(f"| {agent} | {a['runs']} | {' | '.join(cells + saved)} |")
     m = s["mean_per_agent"]
     cells = []
@@ -334,7 +335,7 @@ def run_gpu_crossfit(
     out = Path(out)
     (out / "instance").mkdir(parents=True, exist_ok=True)
     dev = device_info()
-    print(f"device: {json.dumps(dev)}", flush=True)
+    log.info("device: %s", json.dumps(dev))
     runs = labelled_runs(runs).runs
     if max_runs:
         runs = stratified_subsample(runs, max_runs, seed=cfg.data.subsample_seed)
@@ -364,38 +365,3 @@ def run_gpu_crossfit(
     _write(out / "report.json", json.dumps({"meta": meta, **head}, indent=1))
     _write(out / "report.md", summary_markdown(head, meta))
     return {"meta": meta, **head}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m training.pipeline.gpu_crossfit",
-        description="LoRA on every layer, every run, cross-fitted by instance (bench/gpu_crossfit.sh).",
-    )
-    p.add_argument("--data", nargs="+", required=True, help="ingest folder or transcript paths")
-    p.add_argument("--out", required=True)
-    p.add_argument("--config", default="configs/gpu-crossfit.yaml")
-    p.add_argument("-o", "--override", action="append", default=[], help="dotted key=value")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--budget-s", type=float, default=600.0, help="wall-clock budget (seconds)")
-    p.add_argument("--max-runs", type=int, default=None, help="stratified subsample (tests)")
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="CPU check of the whole path: 40 runs, 2 folds, 2 layers, 3 optimiser steps",
-    )
-    a = p.parse_args(argv)
-    overrides = [*DRY_RUN, *a.override] if a.dry_run else list(a.override)
-    cfg = load_pipeline_config(a.config, overrides)
-    max_runs = a.max_runs or (40 if a.dry_run else None)
-    folds = 2 if a.dry_run else a.folds
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    res = run_gpu_crossfit(
-        cfg, load_runs(a.data), a.out, folds=folds, budget_s=a.budget_s, max_runs=max_runs,
-        dry_run=a.dry_run,
-    )  # fmt: skip
-    print((Path(a.out) / "report.md").read_text())
-    return 3 if res["meta"]["aborted"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
