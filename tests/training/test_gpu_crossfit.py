@@ -110,3 +110,19 @@ def test_gpu_crossfit_script_dry_run_on_the_real_model(data_dir, tmp_path):
     assert head["meta"]["dry_run"]
     assert 36 <= head["meta"]["runs"] <= 44  # stratified: about 40
     assert len(head["meta"]["pairs"]) == 2
+
+
+def test_gpu_config_tunes_every_layer_on_every_run():
+    from training.config import load_pipeline_config
+
+    cfg = load_pipeline_config(ROOT / "configs" / "gpu-crossfit.yaml")
+    assert cfg.model.n_layers is None  # all 30 layers kept
+    assert cfg.model.head == "lora"
+    assert cfg.train.lora_top_layers >= 30  # adapters on every layer
+    assert {"q_proj", "v_proj", "gate_proj", "down_proj"} <= set(cfg.train.lora_targets)
+    assert cfg.data.train_max_runs is None  # every run
+    assert cfg.train.bf16
+    quick = load_pipeline_config(ROOT / "configs" / "quick.yaml")  # comparable to its crossfit
+    assert cfg.featurise == quick.featurise
+    assert cfg.thresholds == quick.thresholds
+    assert cfg.policy == quick.policy

@@ -107,6 +107,23 @@ def live_auroc(records: Sequence[RunRecord], scorer: str, step: int) -> dict[str
     return {"auroc": _auroc(y, s) if len(recs) else None, "runs": len(recs)}
 
 
+class _MemoWindows:
+    """A featuriser that renders each run once: every pair re-encodes and trains on runs the
+    frozen pass already rendered, and the CPU rendering would otherwise cost every pair again."""
+
+    def __init__(self, featuriser: Any) -> None:
+        self._featuriser = featuriser
+        self._windows: dict[str, list[Any]] = {}
+
+    def windows(self, traj: Trajectory) -> list[Any]:
+        if traj.id not in self._windows:
+            self._windows[traj.id] = self._featuriser.windows(traj)
+        return self._windows[traj.id]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._featuriser, name)
+
+
 def _split_tuning(train: Encoded, k: int, seed: int) -> tuple[Encoded, Encoded]:
     """(tuning runs, calibration runs): one instance fold of k (at least 2) held out."""
     fold = instance_folds(train.runs, max(k, 2), seed=seed + 1)
@@ -164,6 +181,8 @@ def crossfit_lora(
     res.thresholds = {m: [] for m in methods}
     res.loopbrake = {t: {} for t in targets}
     encoder = load_encoder(cfg)
+    memo = _MemoWindows(encoder.featuriser)
+    encoder.featuriser = memo  # type: ignore[assignment]
     if gpu:
         encoder.model.to("cuda")
     with _autocast(gpu):
@@ -175,6 +194,7 @@ def crossfit_lora(
     for i, (tr, te) in enumerate(pairs):
         t0 = time.perf_counter()
         fresh = load_encoder(cfg)  # every pair tunes the base model, never the last pair's
+        fresh.featuriser = memo  # type: ignore[assignment]
         tune, cal = _split_tuning(data.subset(list(tr)), folds - 1, cfg.data.split_seed)
         test = data.subset(list(te))
         head, baselines, (cal_t, test_t), losses, n_windows = _tune_and_score(
