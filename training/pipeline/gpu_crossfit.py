@@ -13,8 +13,9 @@
 The one departure from `failfast crossfit`: there the calibration scores are the training runs'
 own out-of-fold probe scores (cheap probes refitted in inner folds); here an inner fine-tune per
 inner fold would multiply the GPU time by K, so one held-out fold of the training instances,
-never seen by the tune, plays that part. The report is the same (training.evaluate
-.crossfit_report), so its numbers compare with the CPU quick config's crossfit.
+never seen by the tune, plays that part. The report is the same
+(training.pipeline.crossfit.write_view_report: the crossfit report and the as-shipped
+candidates), so its numbers compare with the CPU quick config's crossfit.
 
 A wall-clock budget is checked after every pair: when the time so far plus the mean pair time
 for the pairs left would pass it, the run stops and writes the pairs done (report marked
@@ -49,6 +50,7 @@ from training.pipeline.crossfit import (
     CrossfitResult,
     _fit_on_training,
     default_methods,
+    write_view_report,
 )
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
 
@@ -349,8 +351,6 @@ def run_gpu_crossfit(
 ) -> dict[str, Any]:
     """Cross-fit a LoRA tune over the instance view and write OUT/report.md|json (the headline)
     and OUT/instance/ (records, stops, thresholds, the full crossfit report)."""
-    from training.evaluate.crossfit_report import crossfit_report, report_markdown
-
     t_start = time.perf_counter()
     out = Path(out)
     (out / "instance").mkdir(parents=True, exist_ok=True)
@@ -368,12 +368,9 @@ def run_gpu_crossfit(
     save_records(folder / "records.parquet", res.records)
     _write(folder / "stops.json", json.dumps({"methods": res.stops, "loopbrake": res.loopbrake}))
     _write(folder / "thresholds.json", json.dumps(res.thresholds, indent=1))
-    report = crossfit_report(
-        res.records, res.stops, res.loopbrake, view="instance",
-        schedule=cfg.policy.schedule(), n_boot=cfg.evaluate.n_boot,
-    )  # fmt: skip
-    _write(folder / "report.json", json.dumps(report, indent=1))
-    _write(folder / "report.md", report_markdown(report))
+    stops = {"methods": res.stops, "loopbrake": res.loopbrake}
+    # the report `failfast crossfit` writes, as-shipped candidates included: comparable figures
+    report = write_view_report(cfg, folder, "instance", res.records, stops, folds=folds)
     meta = {
         "device": dev,
         "dry_run": dry_run,
