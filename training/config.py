@@ -45,6 +45,11 @@ class ModelConfig(StrictModel):
     """Keep the first n decoder layers (final norm kept); None: all."""
     dtype: str = "float32"
     """torch dtype of the backbone (float32 on CPU; bfloat16 on a GPU)."""
+    feature_engine: Literal["torch", "ort-fp32", "ort-int8"] = "torch"
+    """What runs the frozen backbone in the feature pass (training.export.features_graph): torch in
+    `dtype`, or the fused onnxruntime graph in fp32 or with every projection but the down
+    projection in dynamic int8. Part of the feature-cache key. A probe head
+    only: a tuned backbone is always encoded by torch."""
     head: Literal["probe", "lora", "full"] = "probe"
     """probe: logistic regression on frozen features; lora: LoRA on the top layers + head;
     full: every weight (transformers Trainer)."""

@@ -153,11 +153,13 @@ def load_backbone(path: Path, n_layers: int | None = None, dtype: str = "float32
     return model
 
 
-def backbone_key(base: str, n_layers: int | None) -> str:
+def backbone_key(base: str, n_layers: int | None, scheme: str = "") -> str:
     """A short stable key of a frozen backbone (for the feature cache).
 
     It hashes the resolved folder's config.json and the size and mtime of its weight files, so a
-    re-converted or edited checkpoint gets a new key.
+    re-converted or edited checkpoint gets a new key. `scheme` names how it is run when that is
+    not torch fp32 ("ort-int8", "torch-bfloat16": see `feature_scheme`), so features of one
+    numeric scheme are never read as another's; fp32 torch keeps the key it always had.
     """
     path = resolve_base(base)
     h = hashlib.sha256()
@@ -167,4 +169,14 @@ def backbone_key(base: str, n_layers: int | None) -> str:
         h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     h.update(f"layers={n_layers or 0}".encode())
     name = Path(base).name if base not in GGUF_BASES else base
-    return f"{name}-L{n_layers or 'all'}-{h.hexdigest()[:12]}"
+    suffix = f"-{scheme}" if scheme else ""
+    return f"{name}-L{n_layers or 'all'}{suffix}-{h.hexdigest()[:12]}"
+
+
+def feature_scheme(engine: str, dtype: str) -> str:
+    """The numeric scheme of a feature pass for `backbone_key`: "" for torch float32 (today's
+    caches), "torch-<dtype>" for another torch dtype, else the onnxruntime engine's name."""
+    if engine == "torch":
+        return "" if dtype == "float32" else f"torch-{dtype}"
+    # the int8 engine keeps the down projection in fp32 (training.export.features_graph)
+    return "ort-int8-fp32down" if engine == "ort-int8" else engine

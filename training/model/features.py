@@ -54,6 +54,13 @@ def _batches(items: list[tuple[int, Window]], batch_tokens: int) -> list[list[tu
     return out
 
 
+def _device(model: Any) -> torch.device:
+    """Where `model`'s weights are (the CPU for a model without parameters)."""
+    params = getattr(model, "parameters", None)
+    first = next(iter(params()), None) if callable(params) else None
+    return first.device if first is not None else torch.device("cpu")
+
+
 @torch.no_grad()
 def encode_windows(
     model: Any, windows: Sequence[Window], *, batch_tokens: int = 4096, pad_id: int = 0
@@ -76,7 +83,8 @@ def encode_windows(
             ids[row, : len(w.ids)] = torch.tensor(w.ids, dtype=torch.long)
             mask[row, : len(w.ids)] = 1
         encode = getattr(model, "token_features", None) or model.features
-        h = encode(ids, mask)  # (B, T, F)
+        dev = _device(model)  # a model on a GPU (bench/gpu_crossfit.sh) reads its batches there
+        h = encode(ids.to(dev), mask.to(dev))  # (B, T, F)
         for row, (i, w) in enumerate(batch):
             out[i] = h[row, w.boundaries].float().cpu().numpy()
     return [o for o in out if o is not None]

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from monitor.featurise import Featuriser
 from monitor.signals import SIGNAL_NAMES, signal_matrix
 from monitor.types import Trajectory
 from training.config import PipelineConfig
-from training.model.backbone import backbone_key, cache_dir, resolve_base
+from training.model.backbone import backbone_key, cache_dir, feature_scheme, resolve_base
 from training.model.cache import FeatureCache, feature_key
 from training.model.classifier import PrefixClassifier, build_classifier
 from training.model.features import PassStats, extract_features, shard_features
@@ -34,6 +35,8 @@ class Encoder:
         cache: feature cache of this backbone and featuriser config (None: always encode).
         base_dir: the backbone's local folder (its tokenizer is saved with the model).
         cfg: the pipeline config (batch sizes, progress bars).
+        features: what runs the frozen backbone in the feature pass (`model`, or its
+            onnxruntime graph: training.export.features_graph); a tuned backbone is run by `model`.
     """
 
     model: PrefixClassifier
@@ -41,6 +44,7 @@ class Encoder:
     cache: FeatureCache | None
     base_dir: Path
     cfg: PipelineConfig
+    features: Any = None
 
     @property
     def pad_id(self) -> int:
@@ -96,13 +100,16 @@ def load_encoder(cfg: PipelineConfig) -> Encoder:
         mc.base, mc.n_layers, names, mc.dtype, mc.signal_transform, mc.pooling
     ).eval()
     root = Path(tc.cache_dir) if tc.cache_dir else cache_dir()
-    cache = FeatureCache(
-        root / "features",
-        backbone_key(mc.base, mc.n_layers),
-        feature_key(cfg.featurise, mc.pooling),
-    )
+    key = backbone_key(mc.base, mc.n_layers, feature_scheme(mc.feature_engine, mc.dtype))
+    cache = FeatureCache(root / "features", key, feature_key(cfg.featurise, mc.pooling))
     featuriser = Featuriser.from_tokenizer_file(base_dir, cfg.featurise)
-    return Encoder(model, featuriser, cache, base_dir, cfg)
+    features: Any = model
+    if mc.feature_engine != "torch":
+        from training.export.features_graph import OrtFeatures
+
+        folder = root / "graphs" / f"{key}-{mc.pooling.replace('+', '-')}"
+        features = OrtFeatures(model, folder, mc.feature_engine, tc.threads)
+    return Encoder(model, featuriser, cache, base_dir, cfg, features)
 
 
 def encode(encoder: Encoder, runs: Sequence[Trajectory], *, cached: bool = True) -> Encoded:
@@ -111,7 +118,7 @@ def encode(encoder: Encoder, runs: Sequence[Trajectory], *, cached: bool = True)
     tc = encoder.cfg.train
     stats = PassStats()
     feats = extract_features(
-        encoder.model,
+        (encoder.features or encoder.model) if cached else encoder.model,
         encoder.featuriser,
         runs,
         cache=encoder.cache if cached else None,
@@ -138,7 +145,7 @@ def encode_splits(encoder: Encoder, splits: dict[str, list[Trajectory]]) -> dict
     if world > 1 and encoder.cache is not None:
         tc = encoder.cfg.train
         shard_features(
-            encoder.model,
+            encoder.features or encoder.model,
             encoder.featuriser,
             [r for rs in splits.values() for r in rs],
             cache=encoder.cache,
