@@ -53,8 +53,16 @@ def _pin_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _bundle_or_url_args(p: argparse.ArgumentParser) -> None:
+    """How a command that takes `--bundle` or `--url` loads the bundle (the hook, supervise)."""
+    p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
+    p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
+    _pin_arg(p)
+
+
 def _group_args(p: argparse.ArgumentParser) -> None:
-    """--agent and --source, as `score`, `watch` and the Claude Code hook take them."""
+    """--agent and --source, as `score`, `watch`, `supervise` and the Claude Code hook take them."""
     p.add_argument(
         "--agent",
         default=None,
@@ -180,10 +188,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a running `failfast serve`, e.g. http://127.0.0.1:8000 (no model load); sends "
         "$FAILFAST_API_KEY as its key when set",
     )
-    p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
-    p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
-    _pin_arg(p)
+    _bundle_or_url_args(p)
     p.add_argument(
         "--timeout",
         type=float,

@@ -16,6 +16,7 @@ from monitor.errors import BundleError
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `failfast supervise` to the `failfast` parser."""
     from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
+    from training.cli.serving import _bundle_or_url_args, _group_args
 
     p = sub.add_parser(
         "supervise",
@@ -27,28 +28,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "FAILFAST_RESTART=<restart packet>.",
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--bundle", help="bundle folder written by `failfast export`")
+    src.add_argument(
+        "--bundle", help="bundle folder (OUT/bundle of `failfast train` or `demo`, or `export`)"
+    )
     src.add_argument(
         "--url",
         help="a running `failfast serve`, e.g. http://127.0.0.1:8000; sends $FAILFAST_API_KEY "
         "as its key when set (a 401 is a monitor_error: the agent runs on)",
     )
-    p.add_argument("--int8", action="store_true", help="use the int8 graphs (--bundle)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (--bundle)")
-    p.add_argument("--target", type=float, default=None, help="run-level FPR target (--bundle)")
-    p.add_argument("--bundle-sha256", default=None, metavar="HEX", help="pin the bundle")
-    p.add_argument(
-        "--trust",
-        action="append",
-        default=[],
-        metavar="PUBKEY",
-        help="refuse a bundle not signed by this Ed25519 public key (repeatable)",
-    )
+    _bundle_or_url_args(p)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per call to --url")
     p.add_argument("--transcript", required=True, help="the file the agent writes its run to")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    p.add_argument("--agent", default=None, help="agent family for thresholds")
-    p.add_argument("--source", default=None, help="threshold group keyed by source")
+    _group_args(p)
     p.add_argument("--max-attempts", type=int, default=2, help="attempts in all (default 2)")
     p.add_argument("--summary", default=None, metavar="OUT.json", help="write the summary here")
     p.add_argument(
@@ -158,14 +150,7 @@ def _local_monitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from monitor.decision_log import DecisionLog
     from monitor.policy import PolicyConfig
     from monitor.session import Monitor
-    from serving.scorer import Scorer
+    from training.cli.serving import _load_scorer
 
-    scorer = Scorer.load(
-        args.bundle,
-        threads=args.threads,
-        int8=args.int8,
-        target=args.target,
-        sha256=args.bundle_sha256,
-        trust=args.trust,
-    )
+    scorer = _load_scorer(args)
     return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=DecisionLog())
