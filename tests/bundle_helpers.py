@@ -150,14 +150,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(bundle: Path, log: Path, *extra: str) -> Iterator[str]:
-    """Start `failfast serve --bundle BUNDLE --threads 1 EXTRA...` on a free port, wait for
-    /healthz, yield its URL, stop it (a module fixture does `yield from serve(...)`)."""
+def start_server(args: list[str], log: Path) -> tuple[str, subprocess.Popen]:
+    """Start `failfast serve ARGS... --port P` on a free port, logging to `log`, and wait for
+    /healthz (it needs no key): (its URL, the process). Fails the test if it never comes up."""
     import pytest
 
     port = free_port()
-    cmd = [sys.executable, "-m", "training.cli", "serve", "--bundle", str(bundle)]
-    cmd += ["--port", str(port), "--threads", "1", *extra]
+    cmd = [sys.executable, "-m", "training.cli", "serve", *args, "--port", str(port)]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -173,6 +172,13 @@ def serve(bundle: Path, log: Path, *extra: str) -> Iterator[str]:
             proc.kill()
             pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
         time.sleep(0.2)
+    return url, proc
+
+
+def serve(bundle: Path, log: Path, *extra: str) -> Iterator[str]:
+    """Start `failfast serve --bundle BUNDLE --threads 1 EXTRA...` on a free port, wait for
+    /healthz, yield its URL, stop it (a module fixture does `yield from serve(...)`)."""
+    url, proc = start_server(["--bundle", str(bundle), "--threads", "1", *extra], log)
     yield url
     proc.terminate()
     proc.wait(timeout=10)

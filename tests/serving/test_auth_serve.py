@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bundle_helpers import claude_event, free_port, shared_bundle
+from tests.bundle_helpers import claude_event, free_port, shared_bundle, start_server
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("torch")
@@ -76,27 +76,10 @@ def server(signed, tmp_path_factory):
     root = tmp_path_factory.mktemp("keyed")
     keys = write_keys(root / "keys", KEYS)
     log = root / "server.log"
-    port = free_port()
-    cmd = ["serve", "--bundle", str(bundle), "--port", str(port), "--threads", "1"]
-    cmd += ["--api-key-file", str(keys), "--trust", str(public)]
-    cmd += ["--decision-log", str(root / "decisions.jsonl")]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", *cmd], stdout=out, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # /healthz needs no key
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
+    args = ["--bundle", str(bundle), "--threads", "1"]
+    args += ["--api-key-file", str(keys), "--trust", str(public)]
+    args += ["--decision-log", str(root / "decisions.jsonl")]
+    url, proc = start_server(args, log)
     yield url, proc, keys, log
     proc.terminate()
     proc.wait(timeout=10)

@@ -13,6 +13,7 @@ import pytest
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
 from tests.bundle_helpers import claude_event
+from tests.git_helpers import git_repo
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 
@@ -46,16 +47,7 @@ def _agent(tmp_path, scores, commands, **kw):
     outputs = [
         make_output(f"Run it.\n```bash\n{c}\n```", [{"command": c}], cost=0.01) for c in commands
     ]
-    work = tmp_path / "repo"
-    work.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-    (work / "a.py").write_text("x = 1\n")
-    subprocess.run(["git", "add", "a.py"], cwd=work, check=True)
-    subprocess.run(
-        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
-        cwd=work,
-        check=True,
-    )
+    work = git_repo(tmp_path / "repo")
     (work / "a.py").write_text("x = 2\n")  # an uncommitted change the restart packet must carry
     Agent = monitored(DefaultAgent)
     monitor = Monitor(

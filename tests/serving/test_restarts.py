@@ -4,27 +4,14 @@ a temporary git repository; a scripted model loops on attempt 1 and finishes on 
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
+
+from tests.git_helpers import git_repo
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 
 LOOP = "python -c 'import sys; print(\"FAILED test_a\"); sys.exit(1)'"
-
-
-def _repo(tmp_path):
-    work = tmp_path / "repo"
-    work.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-    (work / "a.py").write_text("x = 1\n")
-    subprocess.run(["git", "add", "a.py"], cwd=work, check=True)
-    subprocess.run(
-        ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
-        cwd=work,
-        check=True,
-    )
-    return work
 
 
 def test_minisweagent_restarts_after_a_loop(tmp_path):
@@ -39,7 +26,7 @@ def test_minisweagent_restarts_after_a_loop(tmp_path):
     from serving.hooks.minisweagent import monitored
     from serving.hooks.restarts import run_with_restarts
 
-    work = _repo(tmp_path)
+    work = git_repo(tmp_path / "repo")
     scripts = {
         1: ["echo 'x = 2' > a.py", "echo new > b.py", *[LOOP] * 10],  # stuck: same failing call
         2: ["cat a.py", "ls", "echo 'x = 3' > a.py", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"],

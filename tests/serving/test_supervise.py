@@ -13,28 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.git_helpers import git
+
 STANDIN = Path(__file__).with_name("standin_agent.py")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     (repo / "x.py").write_text("def f():\n    return 1\n")
-    _git(repo, "add", "x.py")
-    _git(repo, "commit", "-qm", "init")
+    git(repo, "add", "x.py")
+    git(repo, "commit", "-qm", "init")
     return repo
 
 

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 from serving.supervise import git
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.email=t@t", "-c", "user.name=t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+from tests.git_helpers import git as run_git
 
 
 def test_snapshot_diff_and_restore(tmp_path):
     repo = tmp_path / "r"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    run_git(repo, "init", "-q")
     (repo / ".gitignore").write_text("*.log\n")
     (repo / "a.py").write_text("x = 1\n")
     (repo / "gone.py").write_text("keep me\n")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "init")
-    head = _git(repo, "rev-parse", "HEAD").strip()
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-qm", "init")
+    head = run_git(repo, "rev-parse", "HEAD").strip()
     (repo / "a.py").write_text("x = 5\n")  # the user's own uncommitted change, and files
     (repo / "notes.txt").write_text("untracked at the start\n")
     (repo / "run.log").write_text("ignored\n")
@@ -36,8 +24,8 @@ def test_snapshot_diff_and_restore(tmp_path):
     (repo / "a.py").write_text("x = 6\n")
     (repo / "gone.py").unlink()
     (repo / "new.py").write_text("y = 2\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "agent")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "agent")
     (repo / "later.py").write_text("z\n")
     d = git.diff(repo, start, git.snapshot(repo))
     assert "-x = 5" in d
@@ -48,7 +36,7 @@ def test_snapshot_diff_and_restore(tmp_path):
     assert "notes.txt" not in d  # unchanged since the start
     assert "run.log" not in d
     git.restore(repo, start)
-    assert _git(repo, "rev-parse", "HEAD").strip() == head
+    assert run_git(repo, "rev-parse", "HEAD").strip() == head
     assert (repo / "a.py").read_text() == "x = 5\n"
     assert (repo / "gone.py").read_text() == "keep me\n"
     assert (repo / "notes.txt").exists()
@@ -56,5 +44,5 @@ def test_snapshot_diff_and_restore(tmp_path):
     assert not (repo / "new.py").exists()
     assert not (repo / "later.py").exists()
     assert git.diff(repo, start, git.snapshot(repo)) == ""
-    assert _git(repo, "status", "--porcelain") == " M a.py\n?? notes.txt\n"
+    assert run_git(repo, "status", "--porcelain") == " M a.py\n?? notes.txt\n"
     assert not git.is_repo(tmp_path)
