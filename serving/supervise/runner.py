@@ -199,29 +199,7 @@ class Supervisor:
         )
         self.say(f"attempt {n}/{cfg.max_attempts}: {' '.join(args)}")
         self._proc = subprocess.Popen(args, env=env, start_new_session=True)
-        stop: Decision | None = None
-        final: Decision | None = None
-        while True:
-            running = self._proc.poll() is None
-            for d in self._poll(watch, errors):
-                final = d
-                if d.stop and stop is None:
-                    stop = d
-            if stop is None:
-                stop = self._budget_stop(watch)
-                if stop is not None:
-                    record["budget_stop"] = True
-            if stop is not None and running:
-                self.say(f"attempt {n}: stop ({stop.reason}) at step {stop.step}; ending it")
-                self._kill()
-                break
-            if not running:
-                if stop is not None:  # seen only after the agent ended: it finished on its own
-                    record["late_stop"] = stop.reason
-                    stop = None
-                    record.pop("budget_stop", None)
-                break
-            time.sleep(cfg.interval)
+        stop, final = self._watch_until_end(n, watch, record, errors)
         try:
             watch.end()
         except Exception as e:  # noqa: BLE001 - the end record is logging only
@@ -251,6 +229,52 @@ class Supervisor:
         if stop is None:
             record["transcript"] = str(cfg.transcript)
             return record, None, watch
+        self._keep_stopped(n, stop, snap, task, watch, args, record)
+        return record, stop, watch
+
+    def _watch_until_end(
+        self, n: int, watch: TranscriptWatch, record: dict[str, Any], errors: list[str]
+    ) -> tuple[Decision | None, Decision | None]:
+        """Poll the transcript and the budgets until a stop (the attempt is ended) or the agent
+        exits: (the stop or None, the last decision)."""
+        assert self._proc is not None
+        stop: Decision | None = None
+        final: Decision | None = None
+        while True:
+            running = self._proc.poll() is None
+            for d in self._poll(watch, errors):
+                final = d
+                if d.stop and stop is None:
+                    stop = d
+            if stop is None:
+                stop = self._budget_stop(watch)
+                if stop is not None:
+                    record["budget_stop"] = True
+            if stop is not None and running:
+                self.say(f"attempt {n}: stop ({stop.reason}) at step {stop.step}; ending it")
+                self._kill()
+                break
+            if not running:
+                if stop is not None:  # seen only after the agent ended: it finished on its own
+                    record["late_stop"] = stop.reason
+                    stop = None
+                    record.pop("budget_stop", None)
+                break
+            time.sleep(self.cfg.interval)
+        return stop, final
+
+    def _keep_stopped(
+        self,
+        n: int,
+        stop: Decision,
+        snap: git.Snapshot | None,
+        task: str,
+        watch: TranscriptWatch,
+        args: list[str],
+        record: dict[str, Any],
+    ) -> None:
+        """After a stop: capture the diff, keep the transcript aside, write the restart packet."""
+        cfg = self.cfg
         after_diff = ""
         if snap is not None:
             try:
@@ -276,7 +300,6 @@ class Supervisor:
             _diff=after_diff,
             _snapshot=snap,
         )
-        return record, stop, watch
 
     def _poll(self, watch: TranscriptWatch, errors: list[str]) -> list[Decision]:
         """The watch's new decisions; a failing monitor is counted, never raised."""
