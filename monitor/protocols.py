@@ -45,6 +45,8 @@ class ScoreSession(Protocol):
     """Warn threshold for this session's agent."""
     threshold_origin: str
     """Where the stop threshold came from (monitor.thresholds.Thresholds.origin)."""
+    scorer_name: str
+    """The candidate that scores the run ("monitor": the LM probe; serving.choice)."""
 
     def observe(self, step: Step) -> float:
         """Add one step; return P(unresolved | prefix so far)."""
@@ -135,6 +137,16 @@ class Scorer(StepScorer, Protocol):
 
     def enable_batching(self, window: float, max_batch: int) -> None:
         """Batch concurrent sessions' calls (wait at most `window` s, up to `max_batch` rows)."""
+        ...
+
+    def served(self, agent: str | None, source: str = "") -> Thresholds:
+        """The thresholds a run is served with, and the candidate they are for."""
+        ...
+
+    def score_served(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[float], Thresholds]:
+        """The served candidate's scores after every step of `traj`, and its thresholds."""
         ...
 
     def thresholds(self, agent: str | None, source: str = "") -> Thresholds:

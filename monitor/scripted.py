@@ -23,6 +23,7 @@ class ScriptedSession:
         self.threshold = threshold
         self.warn_threshold = warn_threshold
         self.threshold_origin = "scripted"
+        self.scorer_name = "monitor"  # it stands in for the LM probe
         self.fail_at = fail_at
         self.k = 0
 
@@ -74,6 +75,16 @@ class ScriptedScorer:
     def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
         """The scripted thresholds, for every run."""
         return Thresholds(self.threshold, self.warn_threshold, "agent")
+
+    def served(self, agent: str | None, source: str = "") -> Thresholds:
+        """The scripted thresholds (a scripted scorer has no candidates to choose from)."""
+        return self.thresholds(agent, source)
+
+    def score_served(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[float], Thresholds]:
+        """`score_run` and the scripted thresholds."""
+        return self.score_run(traj), self.served(traj.agent or None, traj.source)
 
     def start(self, task: str, agent: str | None = None, source: str = "") -> ScriptedSession:
         """Open a session (records the task and agent it was opened for)."""

@@ -314,6 +314,8 @@ class Session:
         }
         if self.source:
             extra["source"] = self.source
+        if self.scorer is not None and self.scorer.scorer_name != "monitor":
+            extra["scorer"] = self.scorer.scorer_name  # `failfast calibrate` skips such runs
         self.log.record(
             d,
             run=self.run,

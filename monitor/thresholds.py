@@ -99,6 +99,11 @@ class Thresholds:
     stop: float
     warn: float
     origin: str
+    scorer: str = "monitor"
+    """The candidate these thresholds are for, the one that scores the run ("monitor": the LM
+    probe; a bundle's candidates.json can choose another per group, serving.choice)."""
+    why: str = ""
+    """Why that candidate serves the run's group, in words ("" for the LM probe by default)."""
 
 
 class ThresholdTable(StrictModel):

@@ -9,6 +9,7 @@ names, thresholds, policy, versions) and the sha256 of every other file in the b
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ __all__ = [
 MIN_ONNXRUNTIME = (1, 16)
 """Oldest onnxruntime that runs the exported opsets (17)."""
 REQUIRED = ("model.onnx", "model_kv.onnx", "tokenizer.json")
+CANDIDATES = "candidates.json"
+"""The calibrated candidates and the per-group choice (serving.choice)."""
+log = logging.getLogger(__name__)
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -126,6 +130,22 @@ class Bundle:
             # only files listed with a hash were verified at load: never run an unverified graph
             raise BundleError(f"{p}: not listed in monitor.json, so not verified; re-export")
         return p
+
+    def choice(self) -> Any:
+        """candidates.json as a serving.choice.Choice, None when the bundle has none; a file
+        not listed (hashed) in monitor.json is never read (warned once, the LM probe serves).
+
+        Raises:
+            BundleError: the listed file is not a readable candidates file.
+        """
+        from serving.choice import Choice
+
+        p = self.path / CANDIDATES
+        if CANDIDATES not in self.manifest.files:
+            if p.is_file():
+                log.warning("%s: not listed in monitor.json, so not verified; ignored", p)
+            return None
+        return Choice.load(p, self.thresholds)
 
     def thresholds_for(
         self, agent: str | None, target: float | None = None, source: str = ""

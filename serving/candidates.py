@@ -103,6 +103,19 @@ class TfidfLR:
                 out[j] = out.get(j, 0.0) + 1.0
         return out
 
+    def logit_counts(self, counts: Mapping[int, float]) -> float:
+        """The logit of a prefix from its accumulated term counts (column -> count)."""
+        cols = np.fromiter(counts, dtype=np.int64, count=len(counts))
+        tf = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+        x = (1.0 + np.log(tf)) * self.idf[cols] if len(cols) else tf
+        norm = float(np.sqrt((x * x).sum()))
+        z = float((x * self.coef[cols]).sum()) / norm if norm else 0.0
+        return z + self.intercept
+
+    def score_counts(self, counts: Mapping[int, float]) -> float:
+        """P(unresolved | prefix) from its accumulated term counts."""
+        return float(_sigmoid(self.logit_counts(counts)))
+
     def scores(self, pieces: Sequence[str]) -> np.ndarray:
         """P(unresolved | prefix k) for k = 1..n from the header + n step pieces (no token spans
         two pieces: each starts and ends with a newline)."""
@@ -113,12 +126,7 @@ class TfidfLR:
                 counts[j] = counts.get(j, 0.0) + c
             if k == 0:
                 continue  # the header alone is no prefix
-            cols = np.fromiter(counts, dtype=np.int64, count=len(counts))
-            tf = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
-            x = (1.0 + np.log(tf)) * self.idf[cols] if len(cols) else tf
-            norm = float(np.sqrt((x * x).sum()))
-            z = float((x * self.coef[cols]).sum()) / norm if norm else 0.0
-            out.append(z + self.intercept)
+            out.append(self.logit_counts(counts))
         return _sigmoid(np.asarray(out, dtype=np.float64))
 
     def to_json(self) -> dict[str, Any]:

@@ -40,13 +40,23 @@ class KVScoreSession:
         self._lock = threading.Lock()
         self._window: list[int] = []  # ids of the current window (to rebuild the cache)
         self._past: list[np.ndarray] | None = None  # None: no valid cache, encode the window
-        th = scorer.thresholds(agent, source)
+        th = scorer.served(agent, source)
         self.threshold = th.stop
         self.warn_threshold = th.warn
         self.threshold_origin = th.origin
+        self.scorer_name = th.scorer
+        """The candidate this run is scored with ("monitor": the LM probe; serving.choice)."""
         self.k = 0
         self.tokens_encoded = 0
         self.restarts = 0
+        self._candidate = None
+        self._lm = True  # whether the LM probe runs (the candidate needs its score)
+        if th.scorer != "monitor":
+            table = scorer.bundle.thresholds
+            group = table.group_of(agent or "", source) if table is not None else ""
+            header = scorer.featuriser.header(task, agent or "")
+            self._candidate = scorer.choice.start(th.scorer, header, group)
+            self._lm = scorer.choice.needs_monitor(th.scorer)
 
     def observe(self, step: Step) -> float:
         """Add one step; return P(unresolved | steps so far).
@@ -55,21 +65,31 @@ class KVScoreSession:
         `monitor_error` decision); the next call then rebuilds the cache from the window.
         """
         with self._lock:
-            ids, restarted = self._render.add(step)
             self._tracker.update(step)
             self.k += 1
-            if restarted:
-                self._window = list(ids)
-                self._past = None
-                self.restarts += 1
-            else:
-                self._window.extend(ids)
-            sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
-            if self._past is None:
-                new, past = self._window, self._scorer._start_state
-            else:
-                new, past = list(ids), self._past
-            return self._run(new, past, sig)
+            monitor = self._monitor_score(step) if self._lm else None
+            if self._candidate is None:
+                assert monitor is not None
+                return monitor
+            piece = self._scorer.featuriser.render_step(step, self.k)
+            signals = np.asarray(self._tracker.vector(), dtype=np.float64)
+            return self._candidate.observe(piece, signals, step.tokens, monitor)
+
+    def _monitor_score(self, step: Step) -> float:
+        """The LM probe's score after `step` (the tracker already holds it)."""
+        ids, restarted = self._render.add(step)
+        if restarted:
+            self._window = list(ids)
+            self._past = None
+            self.restarts += 1
+        else:
+            self._window.extend(ids)
+        sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
+        if self._past is None:
+            new, past = self._window, self._scorer._start_state
+        else:
+            new, past = list(ids), self._past
+        return self._run(new, past, sig)
 
     def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
         s = self._scorer

@@ -41,6 +41,8 @@ class RunResult:
     threshold: float | None = None
     warn_threshold: float | None = None
     threshold_origin: str = ""
+    scorer: str = "monitor"
+    """The candidate that scored the run (serving.choice; "monitor": the LM probe)."""
 
     @property
     def final(self) -> Decision:
@@ -56,6 +58,7 @@ class RunResult:
             "threshold": self.threshold,
             "warn_threshold": self.warn_threshold,
             "threshold_origin": self.threshold_origin,
+            "scorer": self.scorer,
             "stop_step": self.stop.step if self.stop else None,
             "decision": self.final.to_dict(),
         }
@@ -93,12 +96,11 @@ def score_transcript(
     if scorer is None:
         return _heuristics_only(traj, policy or PolicyConfig(), cancelled)
     try:
-        scores = (
-            scorer.score_run(traj)
+        scores, th = (
+            scorer.score_served(traj)
             if cancelled is None
-            else scorer.score_run(traj, cancelled=cancelled)
+            else scorer.score_served(traj, cancelled=cancelled)
         )
-        th = scorer.thresholds(traj.agent or None, traj.source)
     except Cancelled:
         raise
     except Exception as e:  # a failing scorer never raises into the harness
@@ -121,6 +123,7 @@ def score_transcript(
         threshold=_finite(th.stop),
         warn_threshold=_finite(th.warn),
         threshold_origin=th.origin,
+        scorer=th.scorer,
     )
     _replay(session, traj, result, cancelled)
     return result

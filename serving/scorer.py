@@ -31,6 +31,7 @@ from monitor.thresholds import Thresholds
 from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
+from serving.choice import MONITOR, run_pieces
 from serving.live import KVScoreSession, sigmoid
 
 __all__ = ["KVScoreSession", "Scorer", "sigmoid"]
@@ -89,6 +90,7 @@ class Scorer:
         self.signal_index = [SIGNAL_NAMES.index(n) for n in bundle.signal_names]
         self.full = _ort_session(bundle.graph("model.onnx", int8=int8), threads)
         self.kv = _ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
+        self.choice = bundle.choice()  # the candidate each group serves (serving.choice)
         self.batcher: KVBatcher | None = None
         self.tokens_encoded = 0  # tokens live sessions had model_kv.onnx encode (all sessions)
         self._count_lock = threading.Lock()
@@ -184,6 +186,40 @@ class Scorer:
         """Stop/warn thresholds for a run of `agent` (from `source`, when the bundle's thresholds
         are keyed by source) at this scorer's target."""
         return self.bundle.thresholds_for(agent, self.target, source)
+
+    def served(self, agent: str | None, source: str = "") -> Thresholds:
+        """The thresholds a run of `agent` / `source` is served with at this scorer's target,
+        and the candidate they are for (`Thresholds.scorer`): candidates.json's choice for its
+        group, else the LM probe (serving.choice says when)."""
+        th = self.thresholds(agent, source)
+        table = self.bundle.thresholds
+        if self.choice is None or table is None:
+            return th
+        return self.choice.served(table.group_of(agent or "", source), self.target, th)
+
+    def score_served(
+        self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
+    ) -> tuple[list[float], Thresholds]:
+        """The served candidate's score after every step of `traj` (what a live session of the
+        same steps gives), and what served it."""
+        served = self.served(traj.agent or None, traj.source)
+        if served.scorer == MONITOR:
+            return self.score_run(traj, cancelled=cancelled), served
+        assert self.choice is not None
+        assert self.bundle.thresholds is not None
+        mon = None
+        if self.choice.needs_monitor(served.scorer):
+            mon = self.score_run(traj, cancelled=cancelled)
+        group = self.bundle.thresholds.group_of(traj.agent or "", traj.source)
+        scores = self.choice.score_run(
+            served.scorer,
+            run_pieces(self.featuriser, traj),
+            signal_matrix(traj),
+            [s.tokens for s in traj.steps],
+            group,
+            mon,
+        )
+        return scores.tolist(), served
 
     def _signals(self, traj: Trajectory) -> np.ndarray:
         """(n_steps, S) float32 raw signals in the bundle's column order."""

@@ -46,6 +46,7 @@ def open_session(req: SessionRequest, request: Request, state: State) -> Any:
             "threshold_origin": scored.threshold_origin
             if scored is not None
             else "none (no model)",
+            "scorer": scored.scorer_name if scored is not None else None,
         }
     )
 

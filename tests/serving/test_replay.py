@@ -29,6 +29,9 @@ class FakeScorer:
     def thresholds(self, agent: str | None, source: str = "") -> Thresholds:
         return Thresholds(0.75, 0.5, "agent")
 
+    def score_served(self, traj: Trajectory) -> tuple[list[float], Thresholds]:
+        return self.score_run(traj), self.thresholds(traj.agent, traj.source)
+
 
 @pytest.mark.parametrize(("persist", "want"), [(1, 2), (3, 7)])
 def test_replay_stops_at_the_schedules_first_stop(persist: int, want: int) -> None:

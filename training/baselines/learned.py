@@ -29,6 +29,7 @@ from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
 from monitor.signals import signal_matrix
 from monitor.types import Trajectory
+from serving.choice import run_pieces  # the pieces served TF-IDF counts (one definition)
 from training.config import TrainConfig
 from training.data.examples import PrefixSet, prefix_examples, run_weights
 from training.data.runs import label_of
@@ -52,13 +53,6 @@ def fit_signals_lr(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, C: float = 1.
     pipe = signals_pipeline(C)
     pipe.fit(x, y, lr__sample_weight=np.asarray(w) * len(w) / np.sum(w))
     return pipe
-
-
-def run_pieces(featuriser: Featuriser, traj: Trajectory) -> list[str]:
-    """The header followed by one rendered piece per step (prefix k = pieces[: k + 1])."""
-    return [featuriser.header(traj.task, traj.agent)] + [
-        featuriser.render_step(s, k + 1) for k, s in enumerate(traj.steps)
-    ]
 
 
 def _prefix_counts(vec: CountVectorizer, pieces: Sequence[str]) -> sp.csr_matrix:

@@ -283,6 +283,8 @@ def _score(args: argparse.Namespace) -> int:
 def _threshold_text(result: RunResult, table: ThresholdTable | None) -> str:
     """The stop threshold a run used, and where from, in words."""
     src = result.threshold_origin
+    if result.scorer != "monitor":  # served by the candidate the group chose (serving.choice)
+        src = f"{src}; scored by {result.scorer}, chosen for this group"
     if result.threshold is not None:
         return f"{result.threshold:.3f} ({src})"
     if src == "unknown-group" and table is not None:

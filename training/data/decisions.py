@@ -187,6 +187,8 @@ def runs_from_logs(
 
 
 def _record(key: str, end: EndRecord, verdict: dict[str, Any]) -> tuple[RunRecord | None, str]:
+    if end.scorer != "monitor":  # scored by a chosen candidate, not the LM probe
+        return None, f"scored by {end.scorer}, not the LM probe"
     scores = [math.nan if x is None else x for x in end.scores]
     tokens = end.tokens[: len(scores)]
     if not scores or all(math.isnan(s) for s in scores):

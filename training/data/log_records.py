@@ -65,6 +65,9 @@ class EndRecord(_Record):
     tokens: list[Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=list)
     stop_step: Annotated[StrictInt, Field(ge=0)] | None = None
     shadow: StrictBool | None = None
+    scorer: Name = "monitor"
+    """The candidate that scored the run (serving.choice): only the LM probe's runs recalibrate
+    the LM probe."""
 
     @field_validator("scores", mode="before")
     @classmethod

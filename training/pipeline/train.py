@@ -127,12 +127,14 @@ def run_pipeline(
     if tc.bundle:
         calibration = records["val"]
         if oof:
-            oof_records = stages.train_oof_records(cfg, encoder.model, data["train"], head)
+            oof_records = stages.train_oof_records(
+                cfg, encoder.model, data["train"], head, encoder.featuriser if baselines else None
+            )
             save_records(out / "records" / "train_oof.parquet", oof_records)
             calibration = calibration + oof_records
         _write_thresholds(cfg, out, calibration)
         if baselines:
-            _write_candidates(cfg, out, records["val"], baselines)
+            _write_candidates(cfg, out, calibration, baselines)
         stages.export(cfg, out)
     return metrics
 

@@ -1,0 +1,226 @@
+"""The scorer a bundle serves for each threshold group: the candidate chosen in candidates.json.
+
+`failfast train` calibrates every candidate (the LM probe "monitor", the signals LR, TF-IDF, the
+step and token limits, the stack) by the monitor's procedure on the same calibration runs and
+chooses per group and target the one that saved the most tokens on calibration runs held out of
+its thresholds (training.evaluate.select). A live session, whole-run scoring and offline replay
+all serve that candidate with its own thresholds (`Choice.served`), so the scores of a live
+session equal those of a replay of the same steps.
+
+The LM probe is served where:
+- the bundle has no candidates.json, or it is not listed (hashed) in monitor.json;
+- the group chose it, the group is not in candidates.json (a group added by `failfast
+  calibrate`), or `failfast calibrate` re-calibrated the group (its candidates' thresholds are
+  the training run's, the monitor's are new: the comparison behind the choice no longer holds);
+- the chosen candidate has no threshold for the served target (refused), or cannot be scored
+  (its parameters are missing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.errors import BundleError
+from monitor.thresholds import Thresholds, ThresholdTable, target_key
+from monitor.types import Step, Trajectory
+from serving.candidates import STEP_LIMIT, TOKEN_LIMIT, SignalsLR, Stack, TfidfLR, length_scores
+
+log = logging.getLogger(__name__)
+
+MONITOR = "monitor"
+LEARNED = ("signals_lr", "tfidf_lr")
+
+
+@dataclass
+class Choice:
+    """candidates.json, loaded (see the module docstring).
+
+    Attributes:
+        chosen: group -> {"scorer", "by_target": {target key: name}, ...}.
+        tables: candidate name -> its thresholds (ThresholdTable).
+        signals, tfidf, stack: the candidates' numpy parameters (None: not in the file).
+        recalibrated: groups `failfast calibrate` re-calibrated (served by the monitor).
+    """
+
+    chosen: dict[str, dict[str, Any]]
+    tables: dict[str, ThresholdTable]
+    signals: SignalsLR | None = None
+    tfidf: TfidfLR | None = None
+    stack: Stack | None = None
+    recalibrated: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], monitor_table: ThresholdTable | None) -> Choice:
+        params = d.get("params") or {}
+        return cls(
+            chosen=dict(d.get("chosen") or {}),
+            tables={n: ThresholdTable.model_validate(t) for n, t in d["thresholds"].items()},
+            signals=SignalsLR.from_json(params["signals_lr"]) if "signals_lr" in params else None,
+            tfidf=TfidfLR.from_json(params["tfidf_lr"]) if "tfidf_lr" in params else None,
+            stack=Stack.from_json(d["stack"]) if "stack" in d else None,
+            recalibrated=recalibrated_groups(monitor_table),
+        )
+
+    @classmethod
+    def load(cls, path: Path, monitor_table: ThresholdTable | None) -> Choice:
+        """Read a bundle's candidates.json.
+
+        Raises:
+            BundleError: the file is unreadable or not a candidates file.
+        """
+        try:
+            return cls.from_json(json.loads(path.read_text(encoding="utf-8")), monitor_table)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise BundleError(f"{path}: not a readable candidates file: {e}") from e
+
+    def servable(self, name: str) -> bool:
+        """Whether this bundle can score candidate `name` without torch."""
+        if name in (MONITOR, STEP_LIMIT, TOKEN_LIMIT):
+            return True
+        if name == "signals_lr":
+            return self.signals is not None
+        if name == "tfidf_lr":
+            return self.tfidf is not None
+        if name == "stack":
+            return self.stack is not None and all(self.servable(b) for b in self.stack.bases)
+        return False
+
+    def served(self, group: str, target: float, monitor: Thresholds) -> Thresholds:
+        """The thresholds (with the candidate they are for, `Thresholds.scorer`) a run of
+        `group` is served with at `target`; `monitor`: the LM probe's own thresholds for it,
+        served when the choice is not."""
+
+        def probe(why: str) -> Thresholds:
+            return dataclasses.replace(monitor, scorer=MONITOR, why=why)
+
+        entry = self.chosen.get(group)
+        if entry is None:
+            return probe("the LM probe: the group is not in candidates.json")
+        if group in self.recalibrated:
+            return probe("the LM probe: the group was re-calibrated by `failfast calibrate`")
+        by_target = entry.get("by_target") or {}
+        name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
+        if name == MONITOR:
+            return probe("the LM probe: chosen on held-out calibration runs")
+        if not self.servable(name) or name not in self.tables:
+            return probe(f"the LM probe: the chosen {name} cannot be scored by this bundle")
+        th = self.tables[name].lookup(group, target)
+        if not math.isfinite(th.stop):
+            return probe(f"the LM probe: the chosen {name} has no threshold at {target:g}")
+        why = f"{name}: it saved the most tokens on held-out calibration runs of this group"
+        return dataclasses.replace(th, scorer=name, why=why)
+
+    def needs_monitor(self, name: str) -> bool:
+        """Whether candidate `name` needs the LM probe's score (the probe itself, or a stack
+        over it)."""
+        if name == MONITOR:
+            return True
+        return name == "stack" and self.stack is not None and MONITOR in self.stack.bases
+
+    def start(self, name: str, header: str, group: str) -> CandidateRun:
+        """A live run scored by candidate `name` (`header`: the featuriser's rendered header)."""
+        return CandidateRun(self, name, header, group)
+
+    def score_run(
+        self,
+        name: str,
+        pieces: Sequence[str],
+        signals: np.ndarray,
+        tokens: Sequence[int],
+        group: str,
+        monitor: Sequence[float] | None = None,
+    ) -> np.ndarray:
+        """Candidate `name`'s score after each step of a whole run: the same numbers a
+        `CandidateRun` gives step by step (`pieces`: header + one rendered piece per step,
+        `signals`: the full signal matrix, `tokens`: each step's tokens)."""
+        run = self.start(name, pieces[0], group)
+        out = [
+            run.observe(pieces[k + 1], signals[k], int(tokens[k]), monitor[k] if monitor else None)
+            for k in range(len(tokens))
+        ]
+        return np.asarray(out, dtype=np.float64)
+
+
+def recalibrated_groups(table: ThresholdTable | None) -> set[str]:
+    """Groups whose monitor thresholds `failfast calibrate` wrote (not those it kept from the
+    training run)."""
+    cal = (table.calibration if table is not None else None) or {}
+    if cal.get("records") != "failfast calibrate":
+        return set()
+    per = cal.get("per_agent") or {}
+    return {g for g, c in per.items() if not isinstance(c, dict) or "kept_from" not in c
+            or c.get("kept_from") == "failfast calibrate"}  # fmt: skip
+
+
+class CandidateRun:
+    """One run scored by a candidate other than (or stacked over) the LM probe, step by step."""
+
+    def __init__(self, choice: Choice, name: str, header: str, group: str) -> None:
+        self.choice = choice
+        self.name = name
+        self.group = group
+        self._counts: dict[int, float] = {}
+        if choice.tfidf is not None and self._uses("tfidf_lr"):
+            self._counts = choice.tfidf.piece_counts(header)
+        self._tokens: list[int] = []
+        self._bases: dict[str, list[float]] = {}
+
+    def _uses(self, base: str) -> bool:
+        if self.name == base:
+            return True
+        return (
+            self.name == "stack"
+            and self.choice.stack is not None
+            and base in self.choice.stack.bases
+        )
+
+    def observe(
+        self, piece: str, signals: np.ndarray, tokens: int, monitor: float | None = None
+    ) -> float:
+        """Add one step (its rendered piece, the signal vector after it in SIGNAL_NAMES order,
+        its tokens, and the LM probe's score when `needs_monitor`); return the candidate's
+        score after it."""
+        c = self.choice
+        self._tokens.append(int(tokens))
+        now: dict[str, float] = {}
+        if self._uses("tfidf_lr") and c.tfidf is not None:
+            for j, n in c.tfidf.piece_counts(piece).items():
+                self._counts[j] = self._counts.get(j, 0.0) + n
+            now["tfidf_lr"] = c.tfidf.score_counts(self._counts)
+        if self._uses("signals_lr") and c.signals is not None:
+            now["signals_lr"] = float(c.signals.scores(np.asarray(signals)[None])[0])
+        if self._uses(MONITOR):
+            if monitor is None:
+                raise ValueError(f"{self.name} needs the LM probe's score")
+            now[MONITOR] = float(monitor)
+        if self.name in now:
+            return now[self.name]
+        if self.name in (STEP_LIMIT, TOKEN_LIMIT):
+            return float(length_scores(self._tokens)[self.name][-1])
+        if self.name == "stack" and c.stack is not None:
+            for b, v in now.items():
+                self._bases.setdefault(b, []).append(v)
+            bases = {b: np.asarray(v) for b, v in self._bases.items()}
+            return float(c.stack.scores_for(self.group, bases, np.asarray(self._tokens))[-1])
+        raise ValueError(f"candidate {self.name!r} cannot be scored")
+
+
+def step_piece(featuriser: Any, step: Step, k: int) -> str:
+    """The rendered text of step k the TF-IDF candidate counts (the training side's run_pieces)."""
+    return str(featuriser.render_step(step, k))
+
+
+def run_pieces(featuriser: Any, traj: Trajectory) -> list[str]:
+    """The header followed by one rendered piece per step."""
+    return [featuriser.header(traj.task, traj.agent)] + [
+        step_piece(featuriser, s, k + 1) for k, s in enumerate(traj.steps)
+    ]
