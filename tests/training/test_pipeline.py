@@ -145,3 +145,26 @@ def test_val_train_oof_with_a_fine_tuned_head_fails_before_training(tiny_model_d
     with pytest.raises(ValueError, match="needs model.head=probe"):
         run_pipeline(cfg, make_runs(4), tmp_path / "out")
     assert not (tmp_path / "cache" / "features").exists()  # nothing was encoded
+
+
+def test_candidates_calibrate_on_the_same_out_of_fold_runs_as_the_monitor(tiny_model_dir, tmp_path):
+    runs = make_runs(20, seed=2)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3, "group_by": "agent"},
+        train={"bundle": True, "baselines": True},
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    oof = load_records(out / "records" / "train_oof.parquet")
+    val = load_records(out / "records" / "val.parquet")
+    # every training run scored out of fold by the baselines too (refitted without its fold)
+    assert all({"monitor", "signals_lr", "tfidf_lr"} <= set(r.scores) for r in oof)
+    assert all(len(r.scores["tfidf_lr"]) == r.n_steps for r in oof)
+    cands = json.loads((out / "candidates.json").read_text())
+    assert cands["calibration_runs"] == len(val) + len(oof)
+    th = json.loads((out / "thresholds.json").read_text())
+    for name in ("signals_lr", "tfidf_lr", "step_limit"):
+        for g, entry in cands["thresholds"][name]["groups"].items():
+            assert entry["n_resolved"] == th["groups"][g]["n_resolved"]
