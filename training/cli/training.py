@@ -6,6 +6,7 @@ Imports at the top stay light; handlers import torch and the pipeline when they 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -205,12 +206,34 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="only write OUT/<view>/report.* again from the records and stops saved there",
     )
+    p.add_argument(
+        "--stop-rules",
+        nargs="+",
+        metavar="VARIANT",
+        help="with --rereport: compare stop-rule variants (margin, persistence, min_steps, "
+        "smoothed scores; training.experiments.stop_rules.VARIANTS) on the saved records of "
+        "the K-fold views, as shipped; writes OUT/<view>/stop_rules.json and .md",
+    )
 
     def handler(args: argparse.Namespace) -> int:
         from training.config import load_pipeline_config
         from training.pipeline.crossfit import main, rereport
 
         cfg = load_pipeline_config(args.config, args.override)
+        if args.stop_rules:
+            from training.experiments.stop_rules import VARIANTS, compare
+
+            bad = [v for v in args.stop_rules if v not in VARIANTS]
+            if bad or not args.rereport:
+                print(
+                    f"failfast crossfit: --stop-rules needs --rereport and variants among "
+                    f"{', '.join(VARIANTS)} (unknown: {', '.join(bad) or 'none'})",
+                    file=sys.stderr,
+                )
+                return 2
+            for view in args.views:
+                print(compare(cfg, Path(args.out) / view, args.stop_rules, folds=args.folds))
+            return 0
         if args.rereport:
             rereport(cfg, args.out, views=args.views, folds=args.folds)
         else:
