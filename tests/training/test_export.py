@@ -228,3 +228,12 @@ def test_model_card_is_rendered_from_the_manifest_thresholds() -> None:
     card = model_card(manifest)
     assert "`agent` (HTTP" in card
     assert "fallback pooled" in card
+    assert "the LM probe for every group (no candidates.json)" in card
+    chosen = {
+        "src-a": {"scorer": "monitor", "by_target": {"0.05": "tfidf_lr"},
+                  "held_out_saved": {"tfidf_lr": 0.123}},
+        "src-b": {"scorer": "step_limit", "by_target": {}},
+    }  # fmt: skip
+    card = model_card({**manifest, "target": 0.05}, {"chosen": chosen})
+    assert "- src-a: tfidf_lr (held-out tokens saved, mean over targets: 12.3%)" in card
+    assert "- src-b: step_limit" in card

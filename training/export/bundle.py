@@ -8,6 +8,7 @@ training.export.card.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,8 @@ def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> 
     if tdir is not None and (tdir / "candidates.json").is_file():  # calibrated baselines, choice
         shutil.copyfile(tdir / "candidates.json", out / "candidates.json")
     manifest = _manifest(model, meta, found, cfg, report)
-    (out / "README.md").write_text(model_card(manifest.to_json()))
+    cands = out / "candidates.json"
+    chosen = json.loads(cands.read_text()) if cands.is_file() else None
+    (out / "README.md").write_text(model_card(manifest.to_json(), chosen))
     write_manifest(out, manifest)
     return report

@@ -78,8 +78,26 @@ def _thresholds_section(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
-def model_card(manifest: dict[str, Any]) -> str:
-    """The bundle's README.md: data, metrics, limits, intended use."""
+def _served_section(candidates: dict[str, Any] | None, target: float) -> list[str]:
+    """Which candidate scores each group at the served target (candidates.json's choice)."""
+    if not candidates or not candidates.get("chosen"):
+        return ["## Served scorer", "- the LM probe for every group (no candidates.json)"]
+    lines = [
+        "## Served scorer per group (candidates.json)",
+        f"Chosen on calibration runs held out of its thresholds (the most tokens saved; at the "
+        f"served target {target:g}); each is served with its own thresholds, the LM probe where "
+        'the choice cannot be served (docs/BUNDLE.md, "Which scorer serves a group"):',
+    ]
+    for g, c in sorted(candidates["chosen"].items()):
+        name = (c.get("by_target") or {}).get(f"{target:g}") or c.get("scorer") or "monitor"
+        saved = (c.get("held_out_saved") or {}).get(name)
+        why = f" (held-out tokens saved, mean over targets: {100 * saved:.1f}%)" if saved else ""
+        lines.append(f"- {md(g)}: {md(str(name))}{why}")
+    return lines
+
+
+def model_card(manifest: dict[str, Any], candidates: dict[str, Any] | None = None) -> str:
+    """The bundle's README.md: data, metrics, served scorers, limits, intended use."""
     cls = manifest["classifier"]
     data = manifest.get("data_summary") or {}
     lines = [
@@ -104,6 +122,8 @@ def model_card(manifest: dict[str, Any]) -> str:
         *(_fmt_metrics(manifest.get("metrics") or {}) or ["- none recorded"]),
         "",
         *_thresholds_section(manifest),
+        "",
+        *_served_section(candidates, float(manifest.get("target") or 0.05)),
         "",
         "## Intended use and limits",
         "- Early stopping and warm restart of SWE-bench-style agent runs, checked at step boundaries.",
