@@ -87,6 +87,10 @@ class TrainConfig(StrictModel):
     probe_hidden_scale: list[float] = Field(default_factory=lambda: [0.05, 0.1])
     """Scales of the standardised hidden columns tried (smaller = stronger L2 on them than on the
     signals; see training.model.probe.fit_probe)."""
+    probe_max_focus: float = Field(0.0, ge=0.0)
+    """> 0: the probe's loss on a resolved run is on the soft maximum of its checked logits
+    (log-sum-exp at temperature 1 / focus; training.model.probe.max_loss_fit), the score a stop
+    rule on a run's highest checked score sees; 0: per-prefix log loss."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True

@@ -206,6 +206,44 @@ def test_probe_learns(model, featuriser, runs):
     assert loss == pytest.approx(fit.train_loss, rel=1e-4)
 
 
+def test_max_loss_gradient_and_hard_max_limit():
+    from scipy.optimize import check_grad
+
+    from training.model.probe import max_loss
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4))
+    runs = np.repeat(np.arange(10), 3)
+    y = np.repeat((rng.uniform(size=10) < 0.4).astype(int), 3)
+    w = rng.uniform(0.5, 2.0, 30)
+    f = max_loss(x, y, w, runs, C=0.7, focus=2.0)
+    theta = rng.normal(size=5)
+    assert check_grad(lambda t: f(t)[0], lambda t: f(t)[1], theta) < 1e-4
+    # a sharp focus puts a resolved run's loss on its highest logit alone
+    sharp = max_loss(x, y, w, runs, C=1.0, focus=200.0)
+    z = x @ theta[:-1] + theta[-1]
+    want = sum(w[y == 1] * np.logaddexp(0, -z[y == 1]))
+    for r in np.unique(runs[y == 0]):
+        want += w[runs == r].sum() * np.logaddexp(0, z[runs == r].max())
+    want += 0.5 * theta[:-1] @ theta[:-1]
+    assert sharp(theta)[0] == pytest.approx(want, rel=1e-2)
+
+
+def test_probe_with_max_focus_lowers_resolved_runs_highest_scores(model, featuriser, runs):
+    feats, sig, ex, hid, s = _probe_data(model, featuriser, runs)
+    agents = [runs[i].agent for i in ex.run]
+    rows = ProbeRows(hid, s, ex.label, ex.weight, agents, ex.run)
+    peaks = {}
+    for focus in (0.0, 3.0):
+        fit = fit_probe(model, rows, C=1.0, max_focus=focus)
+        assert fit.max_focus == focus
+        sc = head_scores(model, hid, s)
+        peaks[focus] = np.mean([sc[ex.run == i].max() for i in np.unique(ex.run[ex.label == 0])])
+    assert peaks[3.0] < peaks[0.0]
+    with pytest.raises(ValueError, match="run indices"):
+        fit_probe(model, ProbeRows(hid, s, ex.label, ex.weight, agents), C=1.0, max_focus=1.0)
+
+
 @pytest.mark.parametrize("head", ["lora", "full"])
 def test_finetune_heads_train(head, model, featuriser, runs, tmp_path):
     _, sig, ex, _, _ = _probe_data(model, featuriser, runs[:8])

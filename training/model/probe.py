@@ -30,6 +30,7 @@ class ProbeFit:
     Attributes:
         C: the inverse regularisation strength used.
         hidden_scale: the scale of the standardised hidden columns (see fit_probe).
+        max_focus: > 0: the loss on a resolved run was on its highest logits (see fit_probe).
         agent_offsets: agent -> logit offset learned and dropped from the exported head.
         train_loss: weighted log loss on the training examples (fitted head, agents included).
         initial_loss: the same loss for a zero head (log 2).
@@ -37,6 +38,7 @@ class ProbeFit:
 
     C: float
     hidden_scale: float = 1.0
+    max_focus: float = 0.0
     agent_offsets: dict[str, float] = field(default_factory=dict)
     train_loss: float = 0.0
     initial_loss: float = float(np.log(2.0))
@@ -63,6 +65,7 @@ class ProbeRows:
         labels: (N,) 1 = unresolved.
         weights: (N,) example weights.
         agents: (N,) agent of each example's run.
+        runs: (N,) index of each example's run (None: unknown; `max_focus` needs it).
     """
 
     hidden: np.ndarray
@@ -70,13 +73,76 @@ class ProbeRows:
     labels: np.ndarray
     weights: np.ndarray
     agents: list[str]
+    runs: np.ndarray | None = None
 
     def take(self, keep: np.ndarray) -> ProbeRows:
         """The rows where the boolean mask `keep` is set."""
         agents = [a for a, k in zip(self.agents, keep, strict=True) if k]
+        runs = self.runs[keep] if self.runs is not None else None
         return ProbeRows(
-            self.hidden[keep], self.signals[keep], self.labels[keep], self.weights[keep], agents
+            self.hidden[keep],
+            self.signals[keep],
+            self.labels[keep],
+            self.weights[keep],
+            agents,
+            runs,
         )
+
+
+def max_loss(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, runs: np.ndarray, *, C: float, focus: float
+) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
+    """The objective of `max_loss_fit` over theta = (coef, intercept): (value, gradient).
+
+    C * (sum over failing runs' prefixes of w * log loss + sum over resolved runs of their total
+    weight * softplus(soft max of the run's logits)) + |coef|^2 / 2, the soft max being
+    log-sum-exp at temperature 1 / `focus` (sklearn's LogisticRegression penalty and scale)."""
+    from scipy.special import expit, logsumexp
+
+    neg = np.flatnonzero(y == 0)
+    order = neg[np.argsort(runs[neg], kind="stable")]
+    groups = np.split(order, np.flatnonzero(np.diff(runs[order])) + 1) if len(order) else []
+    wr = np.array([w[idx].sum() for idx in groups])
+    pos = np.flatnonzero(y == 1)
+
+    def f(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        beta, b = theta[:-1], theta[-1]
+        z = x @ beta + b
+        g = np.zeros(len(y))
+        zp = z[pos]  # failing prefixes: -log sigmoid(z)
+        loss = float(np.sum(w[pos] * np.logaddexp(0.0, -zp)))
+        g[pos] = -w[pos] * expit(-zp)
+        for j, idx in enumerate(groups):  # resolved runs: softplus(soft max of their logits)
+            m = float(logsumexp(focus * z[idx])) / focus
+            loss += wr[j] * float(np.logaddexp(0.0, m))
+            g[idx] = wr[j] * expit(m) * np.exp(focus * (z[idx] - m))
+        grad = np.concatenate([C * (x.T @ g) + beta, [C * g.sum()]])
+        return C * loss + 0.5 * float(beta @ beta), grad
+
+    return f
+
+
+def max_loss_fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    runs: np.ndarray,
+    *,
+    C: float,
+    focus: float,
+    start: tuple[np.ndarray, float],
+    max_iter: int = 500,
+) -> tuple[np.ndarray, float]:
+    """L2 logistic regression whose loss on a resolved run is on its highest checked logits
+    (`max_loss`): a resolved run is stopped by its highest checked score, so that is the score
+    its loss is on; failing runs keep the per-prefix loss (each prefix should detect). Convex;
+    L-BFGS from `start` (coef, intercept). Returns (coef, intercept)."""
+    from scipy.optimize import minimize
+
+    f = max_loss(x, y, w, runs, C=C, focus=focus)
+    theta0 = np.concatenate([start[0], [start[1]]])
+    res = minimize(f, theta0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
+    return res.x[:-1], float(res.x[-1])
 
 
 def fit_probe(
@@ -87,6 +153,7 @@ def fit_probe(
     hidden_scale: float = 1.0,
     agent_columns: bool = True,
     max_iter: int = 500,
+    max_focus: float = 0.0,
 ) -> ProbeFit:
     """Fit the head of `model` on frozen features (in place).
 
@@ -99,6 +166,9 @@ def fit_probe(
             of hidden dimensions overfit a few thousand runs; the signals do not).
         agent_columns: add agent one-hot columns while fitting (see module docstring).
         max_iter: lbfgs iterations.
+        max_focus: > 0: a resolved run's loss is on the soft maximum of its checked logits
+            (`max_loss_fit`, temperature 1 / max_focus; needs `rows.runs`), started from the
+            plain fit; 0: per-prefix log loss.
     """
     hidden, signals, agents = rows.hidden, rows.signals, rows.agents
     w = np.asarray(rows.weights, dtype=np.float64)
@@ -117,6 +187,14 @@ def fit_probe(
     x = np.hstack([(hidden - h_mean) / h_std, (signals - s_mean) / s_std, onehot])
     lr = LogisticRegression(C=C, max_iter=max_iter)
     lr.fit(x, y, sample_weight=w)
+    if max_focus > 0:
+        if rows.runs is None:
+            raise ValueError("fit_probe: max_focus needs the rows' run indices")
+        coef0, icpt0 = lr.coef_[0].copy(), float(lr.intercept_[0])
+        coef1, icpt1 = max_loss_fit(
+            x, y, w, np.asarray(rows.runs), C=C, focus=max_focus, start=(coef0, icpt0)
+        )
+        lr.coef_[0], lr.intercept_[0] = coef1, icpt1
     coef = lr.coef_[0]
     hdim, sdim = hidden.shape[1], signals.shape[1]
     c_h, c_s, c_a = coef[:hdim], coef[hdim : hdim + sdim], coef[hdim + sdim :]
@@ -130,7 +208,8 @@ def fit_probe(
         model.signal_mean.copy_(torch.tensor(s_mean, dtype=torch.float32))
         model.signal_std.copy_(torch.tensor(s_std, dtype=torch.float32))
     offsets = {a: float(c - share @ c_a) for a, c in zip(names, c_a, strict=True)}
-    return ProbeFit(C, hidden_scale, offsets, _log_loss(lr.predict_proba(x)[:, 1], y, w))
+    loss = _log_loss(lr.predict_proba(x)[:, 1], y, w)
+    return ProbeFit(C, hidden_scale, max_focus, offsets, loss)
 
 
 def select_probe(
@@ -140,11 +219,12 @@ def select_probe(
     pairs: Sequence[tuple[float, float]],
     agent_columns: bool = True,
     val_criterion: Callable[[], tuple[float, Any]] | None = None,
+    max_focus: float = 0.0,
 ) -> tuple[ProbeFit, dict[str, dict[str, Any]], float | None]:
     """Fit the probe for every (C, hidden_scale) pair and keep the best head on validation.
 
     Args:
-        model, rows, agent_columns: as for `fit_probe`.
+        model, rows, agent_columns, max_focus: as for `fit_probe`.
         pairs: the (C, hidden_scale) grid, fitted in this order.
         val_criterion: scores the head just fitted on validation runs -> (criterion, details);
             higher is better. None: no selection, so `pairs` must hold one pair.
@@ -158,7 +238,9 @@ def select_probe(
     best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None] | None = None
     selection: dict[str, dict[str, Any]] = {}
     for c, scale in pairs:
-        fit = fit_probe(model, rows, C=c, hidden_scale=scale, agent_columns=agent_columns)
+        fit = fit_probe(
+            model, rows, C=c, hidden_scale=scale, agent_columns=agent_columns, max_focus=max_focus
+        )
         crit, details = val_criterion() if val_criterion is not None else (None, None)
         selection[f"C={c:g},hidden_scale={scale:g}"] = {
             "C": c,

@@ -135,6 +135,7 @@ def fit_head(
         ex.label,
         ex.weight,
         [train.runs[i].agent for i in ex.run],
+        ex.run,
     )
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
     fit, selection, crit = select_probe(
@@ -143,6 +144,7 @@ def fit_head(
         pairs=pairs,
         agent_columns=cfg.model.agent_columns,
         val_criterion=(lambda: probe_criterion(model, val)) if val is not None else None,
+        max_focus=tc.probe_max_focus,
     )
     return HeadFit(fit, selection, crit, ex, rows)
 
@@ -208,6 +210,7 @@ def train_oof_records(
         head.rows,
         C=head.probe.C,
         hidden_scale=head.probe.hidden_scale,
+        max_focus=head.probe.max_focus,
         agent_columns=cfg.model.agent_columns,
         folds=cfg.thresholds.crossfit_folds,
         seed=cfg.train.seed,
@@ -265,6 +268,7 @@ def save_model(cfg: PipelineConfig, encoder: Encoder, head: HeadFit, out: Path) 
             "probe": {
                 "C": probe.C,
                 "hidden_scale": probe.hidden_scale,
+                "max_focus": probe.max_focus,
                 "agent_offsets": probe.agent_offsets,
                 "selection": head.selection,
             }
