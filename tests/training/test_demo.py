@@ -96,7 +96,8 @@ def test_demo_end_to_end(tiny_model_dir, small_data, tmp_path, capsys):
     times = demo["timings_s"]
     assert times["total"] >= times["ingest"] + times["train"] + times["evaluate"] - 0.1
     md = (out / "eval" / "results.md").read_text()
-    assert md.count("| overall |") == 2 + len(res["baselines"])
+    assert md.count("| overall |") == 3 + len(res["baselines"])  # served, LM probe, oracle
+    assert "| overall | served (per-group choice) |" in md
 
 
 def test_transfer_and_ablations(tiny_model_dir, small_data, tmp_path, capsys):
