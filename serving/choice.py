@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,10 +94,17 @@ class Choice:
             return self.stack is not None and all(self.servable(b) for b in self.stack.bases)
         return False
 
-    def served(self, group: str, target: float, monitor: Thresholds) -> Thresholds:
+    def served(
+        self,
+        group: str,
+        target: float,
+        monitor: Thresholds,
+        scorable: Container[str] | None = None,
+    ) -> Thresholds:
         """The thresholds (with the candidate they are for, `Thresholds.scorer`) a run of
         `group` is served with at `target`; `monitor`: the LM probe's own thresholds for it,
-        served when the choice is not."""
+        served when the choice is not. `scorable`: the candidates the caller has scores of
+        (offline evaluation from records); None: those this bundle's parameters can score."""
 
         def probe(why: str) -> Thresholds:
             return dataclasses.replace(monitor, scorer=MONITOR, why=why)
@@ -111,7 +118,8 @@ class Choice:
         name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
         if name == MONITOR:
             return probe("the LM probe: chosen on held-out calibration runs")
-        if not self.servable(name) or name not in self.tables:
+        ok = self.servable(name) if scorable is None else name in scorable
+        if not ok or name not in self.tables:
             return probe(f"the LM probe: the chosen {name} cannot be scored by this bundle")
         th = self.tables[name].lookup(group, target)
         if not math.isfinite(th.stop):

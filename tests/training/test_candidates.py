@@ -166,3 +166,31 @@ def test_evaluate_json_has_calibrated_baselines_beside_the_monitor(
     table = markdown_table(out)
     assert "| overall | tfidf_lr (calibrated as shipped) |" in table
     assert "| overall | tfidf_lr (tuned on these runs) |" in table
+
+
+def test_evaluate_without_calibration_runs_uses_the_bundles_shipped_candidates(
+    records: list[RunRecord],
+) -> None:
+    """On new runs with only the bundle at hand, the calibrated baselines and the served choice
+    are the thresholds candidates.json ships: the same stops as recalibrating on the runs that
+    made them."""
+    from training.calibrate.thresholds import pick_thresholds
+    from training.config import EvalConfig
+    from training.evaluate.report import evaluate
+    from training.evaluate.shipped import shipped_candidates
+
+    cal = [r for i, r in enumerate(records) if i % 4 < 2]
+    test = [r for i, r in enumerate(records) if i % 4 >= 2]
+    table = pick_thresholds(cal, schedule=SCHED, targets=[0.1], margin=2.0, fallback="none")
+    table = table.model_copy(update={"group_by": "agent"})
+    cands = shipped_candidates(cal, table, scorers=["monitor", "signals_lr", "tfidf_lr"])
+    cfg = EvalConfig(target_fpr=0.1)
+    shipped = evaluate(test, table, config=cfg, candidates=cands)
+    again = evaluate(test, table, config=cfg, calibration=cal)
+    for name in ("tfidf_lr", STEP_LIMIT, "selected"):
+        a, b = shipped["calibrated_baselines"][name], again["calibrated_baselines"][name]
+        assert a["token_savings"] == pytest.approx(b["token_savings"])
+        assert a["realized_fpr"] == pytest.approx(b["realized_fpr"])
+    sel = shipped["calibrated_baselines"]["selected"]
+    assert sel["choice"]["b"]["chosen"] == cands["chosen"]["b"]["by_target"]["0.1"]
+    assert any("candidates.json" in n for n in shipped["notes"])

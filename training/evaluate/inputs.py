@@ -51,6 +51,8 @@ class EvalInputs:
     calibration: list[RunRecord] | None = None
     signals: dict[str, np.ndarray] | None = None
     budgets: dict[str, Any] | None = None
+    candidates: dict[str, Any] | None = None
+    """A bundle's candidates.json (used when there are no calibration records)."""
 
     def evaluate(self, cfg: EvalConfig) -> dict[str, Any]:
         """The report (training.evaluate.report.evaluate) of these inputs under `cfg`."""
@@ -63,6 +65,7 @@ class EvalInputs:
             calibration=self.calibration,
             signals=self.signals,
             budgets=self.budgets,
+            candidates=self.candidates,
         )
 
 
@@ -207,7 +210,9 @@ def find_inputs(
             "evaluate: no records (give --records, --train-dir, or --bundle --data --score-data)"
         )
     signals, budgets = rule_inputs(runs, recs, thresholds.group_by) if runs else (None, None)
-    return EvalInputs(recs, thresholds, _validation(tdir), signals, budgets)
+    cands = b / "candidates.json" if b is not None else None
+    shipped = json.loads(cands.read_text()) if cands is not None and cands.is_file() else None
+    return EvalInputs(recs, thresholds, _validation(tdir), signals, budgets, shipped)
 
 
 def write_report(

@@ -146,6 +146,7 @@ def evaluate(
     calibration: Sequence[RunRecord] | None = None,
     signals: Mapping[str, np.ndarray] | None = None,
     budgets: Mapping[str, Any] | None = None,
+    candidates: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate the monitor's thresholds and the baselines on (test) records.
 
@@ -156,6 +157,8 @@ def evaluate(
         calibration: validation records (LoopBrake is calibrated on them); None skips LoopBrake.
         signals: run_id -> signal matrix, for the rule baselines; None skips them.
         budgets: group -> monitor.halts.Budget fitted on non-evaluation resolved runs (p95).
+        candidates: a bundle's candidates.json; without `calibration` the calibrated baselines
+            and the served choice are its shipped thresholds (training.evaluate.shipped).
     """
     cfg = config or EvalConfig()
     key = cfg.group_by or thresholds.group_by
@@ -186,6 +189,11 @@ def evaluate(
         rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
     cal_stops: dict[str, Stops] = {}
     cal_info: dict[str, dict[str, Any]] = {}
+    if not calibration and candidates:
+        from training.evaluate.shipped import from_bundle
+
+        cal_stops, cal_info = from_bundle(records, candidates, thresholds, target=cfg.target_fpr)
+        notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
     if calibration:
         cal_stops, cal_info = as_shipped(
             calibration, records, thresholds, target=cfg.target_fpr,

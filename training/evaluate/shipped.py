@@ -154,3 +154,58 @@ def shipped_candidates(
         "thresholds (mean over the targets; a simpler one within 0.5 points wins)"
     )
     return out
+
+
+def from_bundle(
+    records: Sequence[RunRecord],
+    candidates: dict[str, Any],
+    table: Any,
+    *,
+    target: float,
+) -> tuple[dict[str, Stops], dict[str, dict[str, Any]]]:
+    """Every candidate of a bundle's candidates.json stopping `records` at the thresholds the
+    bundle ships (no recalibration), and `selected`: per group the candidate the bundle serves
+    (serving.choice, the LM probe where its rules say so). What `failfast evaluate` shows on new
+    runs scored with a bundle whose training output is not at hand."""
+    from serving.choice import MONITOR, Choice
+    from training.evaluate.stops import score_stops
+    from training.model.stack import StackModel
+
+    choice = Choice.from_json(candidates, table)
+    recs = list(records)
+    add_length_scores(recs)
+    if choice.stack is not None and all(
+        b in r.scores for r in recs for b in choice.stack.bases
+    ):  # fmt: skip
+        model = StackModel.from_json(candidates["stack"])
+        recs = [dataclasses.replace(r, scores={**r.scores, STACK: model.scores(r)}) for r in recs]
+    tables = {n: t for n, t in choice.tables.items() if n != MONITOR}
+    stops: dict[str, Stops] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for name, (st, used) in calibrated_stops(recs, tables, target).items():
+        stops[name] = st
+        info[name] = {
+            "threshold": used,
+            "refused_groups": refused_groups(used),
+            "calibration_runs": candidates.get("calibration_runs"),
+            "from": "the bundle's candidates.json",
+        }
+    mon, mon_used = score_stops(recs, table, target=target)
+    sel: Stops = {}
+    used_sel: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        g = str(getattr(r, table.group_by))
+        th = choice.served(g, target, table.lookup(g, target), scorable=set(stops))
+        name = th.scorer if th.scorer in stops else MONITOR
+        sel[r.run_id] = (stops[name] if name != MONITOR else mon)[r.run_id]
+        src: dict[str, Any] = info[name]["threshold"] if name != MONITOR else mon_used
+        used_sel[g] = {**src.get(g, {}), "scorer": name, "why": th.why}
+    stops["selected"] = sel
+    info["selected"] = {
+        "threshold": used_sel,
+        "refused_groups": refused_groups(used_sel),
+        "calibration_runs": candidates.get("calibration_runs"),
+        "from": "the bundle's candidates.json: what the bundle serves",
+        "choice": {g: {"chosen": u["scorer"]} for g, u in used_sel.items()},
+    }
+    return stops, info
