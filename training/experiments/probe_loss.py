@@ -1,0 +1,111 @@
+"""Probe objectives compared as shipped on a cross-fitted view (issue 26, item 5).
+
+    FAILFAST_CACHE=... python -m training.experiments.probe_loss XFIT/instance \\
+        --config configs/quick.yaml --data CORPUS --focus 0 2 5 [--pair 0.1 0.02]
+
+For each outer fold of the view `failfast crossfit` wrote (same folds and seed), the probe is
+refitted on the fold's training runs from the cached features with one fixed (C, hidden scale)
+and each `train.probe_max_focus` (0: per-prefix log loss; > 0: a resolved run's loss on the soft
+maximum of its checked logits, training.model.probe.max_loss_fit) and scores the held-out runs.
+The view's saved records keep their other scores (baselines, length); only "monitor" is
+replaced, and every candidate and the per-group choice are calibrated and judged as
+`failfast crossfit`'s `calibrated` section does. Focus 0 with the same fixed pair is the
+reference, so each variant differs from it in the loss alone. Writes VIEW/probe_loss.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def monitor_scores(
+    cfg: Any, encoder: Any, data: Any, view: str, *, focus: float, pair: tuple[float, float], k: int
+) -> dict[str, np.ndarray]:
+    """run id -> outer-fold monitor scores of every run of the view under `focus`."""
+    from training.data.folds import view_pairs
+    from training.pipeline import stages
+
+    vcfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"probe_max_focus": focus})})
+    out: dict[str, np.ndarray] = {}
+    for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=k, seed=cfg.data.split_seed)):
+        t = time.perf_counter()
+        stages.fit_head(vcfg, encoder.model, data.subset(list(tr)), grid=[pair])
+        test = data.subset(list(te))
+        for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
+            out[run.id] = s
+        log.info("focus %g, pair %d: %.0f s", focus, i, time.perf_counter() - t)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from training.config import load_pipeline_config
+    from training.data.records import load_records
+    from training.data.runs import labelled_runs, load_runs
+    from training.evaluate.candidates import crossfit_candidates, view_folds
+    from training.experiments.stop_rules import summary
+    from training.pipeline.encode import encode, load_encoder
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("view_dir", type=Path)
+    p.add_argument("--config", default="configs/quick.yaml")
+    p.add_argument("--data", nargs="+", required=True)
+    p.add_argument("--focus", nargs="+", type=float, default=[0.0, 2.0])
+    p.add_argument("--pair", nargs=2, type=float, default=[0.1, 0.02], metavar=("C", "SCALE"))
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--n-boot", type=int, default=200)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = load_pipeline_config(args.config)
+    records = load_records(args.view_dir / "records.parquet")
+    view = args.view_dir.name
+    fold = view_folds(view, records, args.folds, cfg.data.split_seed)
+    if fold is None:
+        raise SystemExit(f"{args.view_dir}: {view} is not a K-fold view")
+    runs = labelled_runs(load_runs(args.data)).runs
+    encoder = load_encoder(cfg)
+    data = encode(encoder, runs)
+    path = args.view_dir / "probe_loss.json"
+    done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    pair = (float(args.pair[0]), float(args.pair[1]))
+    for focus in args.focus:
+        scores = monitor_scores(cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds)
+        recs = [
+            dataclasses.replace(r, scores={**r.scores, "monitor": scores[r.run_id]})
+            for r in records
+        ]
+        rep = crossfit_candidates(
+            recs, cfg.thresholds, cfg.policy.schedule(), fold=fold, seed=cfg.data.split_seed,
+            n_boot=args.n_boot,
+        )  # fmt: skip
+        key = f"focus={focus:g},C={pair[0]:g},scale={pair[1]:g}"
+        done[key] = summary(rep)
+        done[key]["per_agent"] = {
+            a: {t: {n: row[n] for n in ("monitor", "selected_per_target")}
+                for t, row in e["targets"].items() if t in ("0.05", "0.1")}
+            for a, e in rep["per_agent"].items()
+        }  # fmt: skip
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(done, indent=1))
+        tmp.replace(path)
+        m5, m10 = done[key]["0.05"]["monitor"], done[key]["0.1"]["monitor"]
+        log.info(
+            "%s: monitor saved 5%% %.1f [%.1f, %.1f] 10%% %.1f; live AUROC %s",
+            key, 100 * m5["saved"], 100 * m5["ci"][0], 100 * m5["ci"][1], 100 * m10["saved"],
+            done[key]["live_auroc"]["monitor"],
+        )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
