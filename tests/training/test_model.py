@@ -244,6 +244,35 @@ def test_probe_with_max_focus_lowers_resolved_runs_highest_scores(model, featuri
         fit_probe(model, ProbeRows(hid, s, ex.label, ex.weight, agents), C=1.0, max_focus=1.0)
 
 
+def test_ranking_pairs_are_same_agent_same_step_failing_against_resolved():
+    from training.model.probe import ranking_pairs
+
+    y = np.array([1, 0, 1, 0, 1, 0])
+    agents = ["a", "a", "a", "b", "b", "a"]
+    steps = np.array([3, 3, 4, 3, 3, 4])
+    fi, ri = ranking_pairs(y, agents, steps, max_pairs=100)
+    assert len(fi) and len(fi) == len(ri)
+    for f, r in zip(fi, ri, strict=True):
+        assert (y[f], y[r]) == (1, 0)
+        assert agents[f] == agents[r] and steps[f] == steps[r]
+
+
+def test_max_loss_with_the_ranking_term_has_the_right_gradient():
+    from scipy.optimize import check_grad
+
+    from training.model.probe import max_loss, ranking_pairs
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(40, 3))
+    y = (rng.uniform(size=40) < 0.5).astype(int)
+    steps = np.tile(np.arange(1, 5), 10)
+    pairs = ranking_pairs(y, ["a"] * 40, steps)
+    for focus in (0.0, 3.0):
+        f = max_loss(x, y, np.ones(40), np.arange(40), C=0.5, focus=focus, pairs=pairs,
+                     rank_weight=0.7)  # fmt: skip
+        assert check_grad(lambda t: f(t)[0], lambda t: f(t)[1], rng.normal(size=4)) < 1e-4
+
+
 @pytest.mark.parametrize("head", ["lora", "full"])
 def test_finetune_heads_train(head, model, featuriser, runs, tmp_path):
     _, sig, ex, _, _ = _probe_data(model, featuriser, runs[:8])

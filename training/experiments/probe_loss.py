@@ -30,13 +30,22 @@ log = logging.getLogger(__name__)
 
 
 def monitor_scores(
-    cfg: Any, encoder: Any, data: Any, view: str, *, focus: float, pair: tuple[float, float], k: int
+    cfg: Any,
+    encoder: Any,
+    data: Any,
+    view: str,
+    *,
+    focus: float,
+    pair: tuple[float, float],
+    k: int,
+    rank: float = 0.0,
 ) -> dict[str, np.ndarray]:
-    """run id -> outer-fold monitor scores of every run of the view under `focus`."""
+    """run id -> outer-fold monitor scores of every run of the view under `focus` / `rank`."""
     from training.data.folds import view_pairs
     from training.pipeline import stages
 
-    vcfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"probe_max_focus": focus})})
+    knobs = {"probe_max_focus": focus, "probe_rank_weight": rank}
+    vcfg = cfg.model_copy(update={"train": cfg.train.model_copy(update=knobs)})
     out: dict[str, np.ndarray] = {}
     for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=k, seed=cfg.data.split_seed)):
         t = time.perf_counter()
@@ -44,7 +53,7 @@ def monitor_scores(
         test = data.subset(list(te))
         for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
             out[run.id] = s
-        log.info("focus %g, pair %d: %.0f s", focus, i, time.perf_counter() - t)
+        log.info("focus %g rank %g, pair %d: %.0f s", focus, rank, i, time.perf_counter() - t)
     return out
 
 
@@ -61,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", default="configs/quick.yaml")
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--focus", nargs="+", type=float, default=[0.0, 2.0])
+    p.add_argument("--rank", nargs="+", type=float, default=[0.0], help="ranking-loss weights")
     p.add_argument("--pair", nargs=2, type=float, default=[0.1, 0.02], metavar=("C", "SCALE"))
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--n-boot", type=int, default=200)
@@ -78,8 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.view_dir / "probe_loss.json"
     done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     pair = (float(args.pair[0]), float(args.pair[1]))
-    for focus in args.focus:
-        scores = monitor_scores(cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds)
+    for focus, rank in [(f, r) for f in args.focus for r in args.rank]:
+        scores = monitor_scores(
+            cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds, rank=rank
+        )
         recs = [
             dataclasses.replace(r, scores={**r.scores, "monitor": scores[r.run_id]})
             for r in records
@@ -88,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             recs, cfg.thresholds, cfg.policy.schedule(), fold=fold, seed=cfg.data.split_seed,
             n_boot=args.n_boot,
         )  # fmt: skip
-        key = f"focus={focus:g},C={pair[0]:g},scale={pair[1]:g}"
+        key = f"focus={focus:g},rank={rank:g},C={pair[0]:g},scale={pair[1]:g}"
         done[key] = summary(rep)
         done[key]["per_agent"] = {
             a: {t: {n: row[n] for n in ("monitor", "selected_per_target")}

@@ -40,6 +40,7 @@ def out_of_fold_scores(
     C: float,
     hidden_scale: float,
     max_focus: float = 0.0,
+    rank_weight: float = 0.0,
     agent_columns: bool = True,
     folds: int = 5,
     seed: int = 0,
@@ -50,7 +51,7 @@ def out_of_fold_scores(
         model: the classifier whose fitted head is kept (saved before, restored after).
         runs, hidden, signals: the training runs and their per-step boundary features / signals.
         example_run, rows: the probe's training examples: the run index of each, and its rows.
-        C, hidden_scale, max_focus, agent_columns: the probe settings picked on validation.
+        C, hidden_scale, max_focus, rank_weight, agent_columns: the probe settings.
         folds, seed: the instance folds.
     """
     fold = instance_folds(runs, folds, seed=seed)
@@ -66,6 +67,7 @@ def out_of_fold_scores(
                 hidden_scale=hidden_scale,
                 agent_columns=agent_columns,
                 max_focus=max_focus,
+                rank_weight=rank_weight,
             )
             held = np.flatnonzero(fold == f)
             for i in held.tolist():

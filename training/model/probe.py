@@ -31,6 +31,7 @@ class ProbeFit:
         C: the inverse regularisation strength used.
         hidden_scale: the scale of the standardised hidden columns (see fit_probe).
         max_focus: > 0: the loss on a resolved run was on its highest logits (see fit_probe).
+        rank_weight: > 0: the weight of the same-step ranking loss (see fit_probe).
         agent_offsets: agent -> logit offset learned and dropped from the exported head.
         train_loss: weighted log loss on the training examples (fitted head, agents included).
         initial_loss: the same loss for a zero head (log 2).
@@ -39,6 +40,7 @@ class ProbeFit:
     C: float
     hidden_scale: float = 1.0
     max_focus: float = 0.0
+    rank_weight: float = 0.0
     agent_offsets: dict[str, float] = field(default_factory=dict)
     train_loss: float = 0.0
     initial_loss: float = float(np.log(2.0))
@@ -66,6 +68,7 @@ class ProbeRows:
         weights: (N,) example weights.
         agents: (N,) agent of each example's run.
         runs: (N,) index of each example's run (None: unknown; `max_focus` needs it).
+        steps: (N,) prefix length of each example (None: unknown; `rank_weight` needs it).
     """
 
     hidden: np.ndarray
@@ -74,11 +77,13 @@ class ProbeRows:
     weights: np.ndarray
     agents: list[str]
     runs: np.ndarray | None = None
+    steps: np.ndarray | None = None
 
     def take(self, keep: np.ndarray) -> ProbeRows:
         """The rows where the boolean mask `keep` is set."""
         agents = [a for a, k in zip(self.agents, keep, strict=True) if k]
         runs = self.runs[keep] if self.runs is not None else None
+        steps = self.steps[keep] if self.steps is not None else None
         return ProbeRows(
             self.hidden[keep],
             self.signals[keep],
@@ -86,17 +91,56 @@ class ProbeRows:
             self.weights[keep],
             agents,
             runs,
+            steps,
         )
 
 
+def ranking_pairs(
+    y: np.ndarray,
+    agents: Sequence[str],
+    steps: np.ndarray,
+    *,
+    max_pairs: int = 50_000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(failing row, resolved row) index pairs of the same agent at the same prefix length:
+    runs alive at the same step, so a ranking loss on them learns what separates live runs, not
+    how long a run has gone on. At most `max_pairs`, drawn evenly over the (agent, step) cells."""
+    rng = np.random.default_rng(seed)
+    cells: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+    for i, (a, k, lab) in enumerate(zip(agents, steps.tolist(), y.tolist(), strict=True)):
+        cells.setdefault((a, int(k)), ([], []))[0 if lab else 1].append(i)
+    usable = [(np.array(f), np.array(r)) for f, r in cells.values() if f and r]
+    if not usable:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    per = max(1, max_pairs // len(usable))
+    fi, ri = [], []
+    for f, r in usable:
+        n = min(per, len(f) * len(r))
+        fi.append(rng.choice(f, n))
+        ri.append(rng.choice(r, n))
+    return np.concatenate(fi), np.concatenate(ri)
+
+
 def max_loss(
-    x: np.ndarray, y: np.ndarray, w: np.ndarray, runs: np.ndarray, *, C: float, focus: float
+    x: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    runs: np.ndarray,
+    *,
+    C: float,
+    focus: float,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    rank_weight: float = 0.0,
 ) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
     """The objective of `max_loss_fit` over theta = (coef, intercept): (value, gradient).
 
     C * (sum over failing runs' prefixes of w * log loss + sum over resolved runs of their total
     weight * softplus(soft max of the run's logits)) + |coef|^2 / 2, the soft max being
-    log-sum-exp at temperature 1 / `focus` (sklearn's LogisticRegression penalty and scale)."""
+    log-sum-exp at temperature 1 / `focus` (sklearn's LogisticRegression penalty and scale).
+    focus 0: the per-prefix log loss on resolved runs too. With `pairs` and `rank_weight`, plus
+    C * rank_weight * sum(w) / n_pairs * sum over pairs of log(1 + exp(z_resolved - z_failing))
+    (a ranking loss between runs alive at the same step, `ranking_pairs`)."""
     from scipy.special import expit, logsumexp
 
     neg = np.flatnonzero(y == 0)
@@ -112,10 +156,23 @@ def max_loss(
         zp = z[pos]  # failing prefixes: -log sigmoid(z)
         loss = float(np.sum(w[pos] * np.logaddexp(0.0, -zp)))
         g[pos] = -w[pos] * expit(-zp)
-        for j, idx in enumerate(groups):  # resolved runs: softplus(soft max of their logits)
-            m = float(logsumexp(focus * z[idx])) / focus
-            loss += wr[j] * float(np.logaddexp(0.0, m))
-            g[idx] = wr[j] * expit(m) * np.exp(focus * (z[idx] - m))
+        if focus > 0:
+            for j, idx in enumerate(groups):  # resolved runs: softplus(soft max of the logits)
+                m = float(logsumexp(focus * z[idx])) / focus
+                loss += wr[j] * float(np.logaddexp(0.0, m))
+                g[idx] = wr[j] * expit(m) * np.exp(focus * (z[idx] - m))
+        else:
+            zn = z[neg]
+            loss += float(np.sum(w[neg] * np.logaddexp(0.0, zn)))
+            g[neg] = w[neg] * expit(zn)
+        if pairs is not None and rank_weight > 0 and len(pairs[0]):
+            fi, ri = pairs
+            d = z[ri] - z[fi]
+            scale = rank_weight * float(w.sum()) / len(fi)
+            loss += scale * float(np.sum(np.logaddexp(0.0, d)))
+            gd = scale * expit(d)
+            np.add.at(g, ri, gd)
+            np.add.at(g, fi, -gd)
         grad = np.concatenate([C * (x.T @ g) + beta, [C * g.sum()]])
         return C * loss + 0.5 * float(beta @ beta), grad
 
@@ -132,6 +189,8 @@ def max_loss_fit(
     focus: float,
     start: tuple[np.ndarray, float],
     max_iter: int = 500,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    rank_weight: float = 0.0,
 ) -> tuple[np.ndarray, float]:
     """L2 logistic regression whose loss on a resolved run is on its highest checked logits
     (`max_loss`): a resolved run is stopped by its highest checked score, so that is the score
@@ -139,7 +198,7 @@ def max_loss_fit(
     L-BFGS from `start` (coef, intercept). Returns (coef, intercept)."""
     from scipy.optimize import minimize
 
-    f = max_loss(x, y, w, runs, C=C, focus=focus)
+    f = max_loss(x, y, w, runs, C=C, focus=focus, pairs=pairs, rank_weight=rank_weight)
     theta0 = np.concatenate([start[0], [start[1]]])
     res = minimize(f, theta0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
     return res.x[:-1], float(res.x[-1])
@@ -154,6 +213,7 @@ def fit_probe(
     agent_columns: bool = True,
     max_iter: int = 500,
     max_focus: float = 0.0,
+    rank_weight: float = 0.0,
 ) -> ProbeFit:
     """Fit the head of `model` on frozen features (in place).
 
@@ -169,6 +229,9 @@ def fit_probe(
         max_focus: > 0: a resolved run's loss is on the soft maximum of its checked logits
             (`max_loss_fit`, temperature 1 / max_focus; needs `rows.runs`), started from the
             plain fit; 0: per-prefix log loss.
+        rank_weight: > 0: add a ranking loss between failing and resolved prefixes of the same
+            agent at the same step (`ranking_pairs`; needs `rows.steps`), this weight times the
+            log loss's total weight.
     """
     hidden, signals, agents = rows.hidden, rows.signals, rows.agents
     w = np.asarray(rows.weights, dtype=np.float64)
@@ -187,13 +250,18 @@ def fit_probe(
     x = np.hstack([(hidden - h_mean) / h_std, (signals - s_mean) / s_std, onehot])
     lr = LogisticRegression(C=C, max_iter=max_iter)
     lr.fit(x, y, sample_weight=w)
-    if max_focus > 0:
-        if rows.runs is None:
+    if max_focus > 0 or rank_weight > 0:
+        if max_focus > 0 and rows.runs is None:
             raise ValueError("fit_probe: max_focus needs the rows' run indices")
+        if rank_weight > 0 and rows.steps is None:
+            raise ValueError("fit_probe: rank_weight needs the rows' prefix lengths")
+        pairs = ranking_pairs(y, agents, np.asarray(rows.steps)) if rank_weight > 0 else None
+        runs = np.asarray(rows.runs) if rows.runs is not None else np.arange(len(y))
         coef0, icpt0 = lr.coef_[0].copy(), float(lr.intercept_[0])
         coef1, icpt1 = max_loss_fit(
-            x, y, w, np.asarray(rows.runs), C=C, focus=max_focus, start=(coef0, icpt0)
-        )
+            x, y, w, runs, C=C, focus=max_focus, start=(coef0, icpt0),
+            pairs=pairs, rank_weight=rank_weight,
+        )  # fmt: skip
         lr.coef_[0], lr.intercept_[0] = coef1, icpt1
     coef = lr.coef_[0]
     hdim, sdim = hidden.shape[1], signals.shape[1]
@@ -209,7 +277,7 @@ def fit_probe(
         model.signal_std.copy_(torch.tensor(s_std, dtype=torch.float32))
     offsets = {a: float(c - share @ c_a) for a, c in zip(names, c_a, strict=True)}
     loss = _log_loss(lr.predict_proba(x)[:, 1], y, w)
-    return ProbeFit(C, hidden_scale, max_focus, offsets, loss)
+    return ProbeFit(C, hidden_scale, max_focus, rank_weight, offsets, loss)
 
 
 def select_probe(
@@ -220,11 +288,12 @@ def select_probe(
     agent_columns: bool = True,
     val_criterion: Callable[[], tuple[float, Any]] | None = None,
     max_focus: float = 0.0,
+    rank_weight: float = 0.0,
 ) -> tuple[ProbeFit, dict[str, dict[str, Any]], float | None]:
     """Fit the probe for every (C, hidden_scale) pair and keep the best head on validation.
 
     Args:
-        model, rows, agent_columns, max_focus: as for `fit_probe`.
+        model, rows, agent_columns, max_focus, rank_weight: as for `fit_probe`.
         pairs: the (C, hidden_scale) grid, fitted in this order.
         val_criterion: scores the head just fitted on validation runs -> (criterion, details);
             higher is better. None: no selection, so `pairs` must hold one pair.
@@ -239,7 +308,13 @@ def select_probe(
     selection: dict[str, dict[str, Any]] = {}
     for c, scale in pairs:
         fit = fit_probe(
-            model, rows, C=c, hidden_scale=scale, agent_columns=agent_columns, max_focus=max_focus
+            model,
+            rows,
+            C=c,
+            hidden_scale=scale,
+            agent_columns=agent_columns,
+            max_focus=max_focus,
+            rank_weight=rank_weight,
         )
         crit, details = val_criterion() if val_criterion is not None else (None, None)
         selection[f"C={c:g},hidden_scale={scale:g}"] = {

@@ -136,6 +136,7 @@ def fit_head(
         ex.weight,
         [train.runs[i].agent for i in ex.run],
         ex.run,
+        ex.step,
     )
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
     fit, selection, crit = select_probe(
@@ -145,6 +146,7 @@ def fit_head(
         agent_columns=cfg.model.agent_columns,
         val_criterion=(lambda: probe_criterion(model, val)) if val is not None else None,
         max_focus=tc.probe_max_focus,
+        rank_weight=tc.probe_rank_weight,
     )
     return HeadFit(fit, selection, crit, ex, rows)
 
@@ -211,6 +213,7 @@ def train_oof_records(
         C=head.probe.C,
         hidden_scale=head.probe.hidden_scale,
         max_focus=head.probe.max_focus,
+        rank_weight=head.probe.rank_weight,
         agent_columns=cfg.model.agent_columns,
         folds=cfg.thresholds.crossfit_folds,
         seed=cfg.train.seed,
@@ -269,6 +272,7 @@ def save_model(cfg: PipelineConfig, encoder: Encoder, head: HeadFit, out: Path) 
                 "C": probe.C,
                 "hidden_scale": probe.hidden_scale,
                 "max_focus": probe.max_focus,
+                "rank_weight": probe.rank_weight,
                 "agent_offsets": probe.agent_offsets,
                 "selection": head.selection,
             }
