@@ -206,21 +206,21 @@ def test_probe_learns(model, featuriser, runs):
     assert loss == pytest.approx(fit.train_loss, rel=1e-4)
 
 
-def test_max_loss_gradient_and_hard_max_limit():
+def test_stop_loss_gradient_and_hard_max_limit():
     from scipy.optimize import check_grad
 
-    from training.model.probe import max_loss
+    from training.model.probe import stop_loss
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 4))
     runs = np.repeat(np.arange(10), 3)
     y = np.repeat((rng.uniform(size=10) < 0.4).astype(int), 3)
     w = rng.uniform(0.5, 2.0, 30)
-    f = max_loss(x, y, w, runs, C=0.7, focus=2.0)
+    f = stop_loss(x, y, w, runs, C=0.7, focus=2.0)
     theta = rng.normal(size=5)
     assert check_grad(lambda t: f(t)[0], lambda t: f(t)[1], theta) < 1e-4
     # a sharp focus puts a resolved run's loss on its highest logit alone
-    sharp = max_loss(x, y, w, runs, C=1.0, focus=200.0)
+    sharp = stop_loss(x, y, w, runs, C=1.0, focus=200.0)
     z = x @ theta[:-1] + theta[-1]
     want = sum(w[y == 1] * np.logaddexp(0, -z[y == 1]))
     for r in np.unique(runs[y == 0]):
@@ -251,16 +251,17 @@ def test_ranking_pairs_are_same_agent_same_step_failing_against_resolved():
     agents = ["a", "a", "a", "b", "b", "a"]
     steps = np.array([3, 3, 4, 3, 3, 4])
     fi, ri = ranking_pairs(y, agents, steps, max_pairs=100)
-    assert len(fi) and len(fi) == len(ri)
+    assert len(fi)
+    assert len(fi) == len(ri)
     for f, r in zip(fi, ri, strict=True):
         assert (y[f], y[r]) == (1, 0)
-        assert agents[f] == agents[r] and steps[f] == steps[r]
+        assert (agents[f], steps[f]) == (agents[r], steps[r])
 
 
-def test_max_loss_with_the_ranking_term_has_the_right_gradient():
+def test_stop_loss_with_the_ranking_term_has_the_right_gradient():
     from scipy.optimize import check_grad
 
-    from training.model.probe import max_loss, ranking_pairs
+    from training.model.probe import ranking_pairs, stop_loss
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(40, 3))
@@ -268,9 +269,9 @@ def test_max_loss_with_the_ranking_term_has_the_right_gradient():
     steps = np.tile(np.arange(1, 5), 10)
     pairs = ranking_pairs(y, ["a"] * 40, steps)
     for focus in (0.0, 3.0):
-        f = max_loss(x, y, np.ones(40), np.arange(40), C=0.5, focus=focus, pairs=pairs,
-                     rank_weight=0.7)  # fmt: skip
-        assert check_grad(lambda t: f(t)[0], lambda t: f(t)[1], rng.normal(size=4)) < 1e-4
+        f = stop_loss(x, y, np.ones(40), np.arange(40), C=0.5, focus=focus, pairs=pairs,
+                      rank_weight=0.7)  # fmt: skip
+        assert check_grad(lambda t, f=f: f(t)[0], lambda t, f=f: f(t)[1], rng.normal(size=4)) < 1e-4
 
 
 @pytest.mark.parametrize("head", ["lora", "full"])

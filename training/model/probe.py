@@ -122,7 +122,7 @@ def ranking_pairs(
     return np.concatenate(fi), np.concatenate(ri)
 
 
-def max_loss(
+def stop_loss(
     x: np.ndarray,
     y: np.ndarray,
     w: np.ndarray,
@@ -133,7 +133,7 @@ def max_loss(
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     rank_weight: float = 0.0,
 ) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
-    """The objective of `max_loss_fit` over theta = (coef, intercept): (value, gradient).
+    """The objective of `stop_loss_fit` over theta = (coef, intercept): (value, gradient).
 
     C * (sum over failing runs' prefixes of w * log loss + sum over resolved runs of their total
     weight * softplus(soft max of the run's logits)) + |coef|^2 / 2, the soft max being
@@ -179,7 +179,7 @@ def max_loss(
     return f
 
 
-def max_loss_fit(
+def stop_loss_fit(
     x: np.ndarray,
     y: np.ndarray,
     w: np.ndarray,
@@ -193,12 +193,12 @@ def max_loss_fit(
     rank_weight: float = 0.0,
 ) -> tuple[np.ndarray, float]:
     """L2 logistic regression whose loss on a resolved run is on its highest checked logits
-    (`max_loss`): a resolved run is stopped by its highest checked score, so that is the score
+    (`stop_loss`): a resolved run is stopped by its highest checked score, so that is the score
     its loss is on; failing runs keep the per-prefix loss (each prefix should detect). Convex;
     L-BFGS from `start` (coef, intercept). Returns (coef, intercept)."""
     from scipy.optimize import minimize
 
-    f = max_loss(x, y, w, runs, C=C, focus=focus, pairs=pairs, rank_weight=rank_weight)
+    f = stop_loss(x, y, w, runs, C=C, focus=focus, pairs=pairs, rank_weight=rank_weight)
     theta0 = np.concatenate([start[0], [start[1]]])
     res = minimize(f, theta0, jac=True, method="L-BFGS-B", options={"maxiter": max_iter})
     return res.x[:-1], float(res.x[-1])
@@ -227,7 +227,7 @@ def fit_probe(
         agent_columns: add agent one-hot columns while fitting (see module docstring).
         max_iter: lbfgs iterations.
         max_focus: > 0: a resolved run's loss is on the soft maximum of its checked logits
-            (`max_loss_fit`, temperature 1 / max_focus; needs `rows.runs`), started from the
+            (`stop_loss_fit`, temperature 1 / max_focus; needs `rows.runs`), started from the
             plain fit; 0: per-prefix log loss.
         rank_weight: > 0: add a ranking loss between failing and resolved prefixes of the same
             agent at the same step (`ranking_pairs`; needs `rows.steps`), this weight times the
@@ -258,7 +258,7 @@ def fit_probe(
         pairs = ranking_pairs(y, agents, np.asarray(rows.steps)) if rank_weight > 0 else None
         runs = np.asarray(rows.runs) if rows.runs is not None else np.arange(len(y))
         coef0, icpt0 = lr.coef_[0].copy(), float(lr.intercept_[0])
-        coef1, icpt1 = max_loss_fit(
+        coef1, icpt1 = stop_loss_fit(
             x, y, w, runs, C=C, focus=max_focus, start=(coef0, icpt0),
             pairs=pairs, rank_weight=rank_weight,
         )  # fmt: skip
