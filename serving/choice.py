@@ -37,7 +37,6 @@ from serving.candidates import STEP_LIMIT, TOKEN_LIMIT, SignalsLR, Stack, TfidfL
 log = logging.getLogger(__name__)
 
 MONITOR = "monitor"
-LEARNED = ("signals_lr", "tfidf_lr")
 
 
 @dataclass

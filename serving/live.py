@@ -52,6 +52,9 @@ class KVScoreSession:
         self._candidate = None
         self._lm = True  # whether the LM probe runs (the candidate needs its score)
         if th.scorer != "monitor":
+            from serving.choice import step_piece  # here: serving.choice imports this module
+
+            self._piece = step_piece
             table = scorer.bundle.thresholds
             group = table.group_of(agent or "", source) if table is not None else ""
             header = scorer.featuriser.header(task, agent or "")
@@ -71,7 +74,7 @@ class KVScoreSession:
             if self._candidate is None:
                 assert monitor is not None
                 return monitor
-            piece = self._scorer.featuriser.render_step(step, self.k)
+            piece = self._piece(self._scorer.featuriser, step, self.k)
             signals = np.asarray(self._tracker.vector(), dtype=np.float64)
             return self._candidate.observe(piece, signals, step.tokens, monitor)
 
