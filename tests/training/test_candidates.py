@@ -121,6 +121,13 @@ def test_selection_picks_each_groups_informative_scorer(records: list[RunRecord]
     for g in ("a", "b"):
         ms = choice[g]["mean_saved"]
         assert ms["signals_lr"] < ms[choice[g]["chosen"]]
+    # repeated fold draws average the held-out rates: the first draw's alone when repeats is 1
+    again = select_per_group(cal, cands, _tcfg(), SCHED, targets=[0.05, 0.1], repeats=2)
+    other = select_per_group(cal, cands, _tcfg(), SCHED, targets=[0.05, 0.1], seed=2)
+    for g in ("a", "b"):
+        for c, v in again[g]["mean_saved"].items():
+            assert v == pytest.approx((choice[g]["mean_saved"][c] + other[g]["mean_saved"][c]) / 2)
+        assert again[g]["chosen"] in ("monitor", "tfidf_lr", STACK)
 
 
 def test_crossfit_candidates_reports_every_candidate_and_the_choice(

@@ -88,23 +88,21 @@ def select_per_group(
     folds: int = 5,
     seed: int = 1,
     tie: float = 0.005,
+    repeats: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Per group: {"chosen": name, "inner": {name: {target: {"fpr", "saved"}}}} (module
-    docstring). `calibration` carries every candidate's score (the stack's out of fold)."""
+    docstring). `calibration` carries every candidate's score (the stack's out of fold).
+    `repeats` > 1: the held-out rates are averaged over that many fold draws (seeds seed,
+    seed + 1, ...), a less noisy choice for small groups."""
     key = tcfg.group_by
     folds = min(folds, len({r.instance_id for r in calibration}))
     if folds < 2:  # nothing to hold out: every group keeps the LM probe
         return {g: {"chosen": None, "inner": {}, "mean_saved": {}}
                 for g in group_records(calibration, key)}  # fmt: skip
-    fold = record_folds(calibration, folds, seed)
-    stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in candidates}
-    for f in range(folds):
-        fit = [r for r, g in zip(calibration, fold, strict=True) if g != f]
-        held = [r for r, g in zip(calibration, fold, strict=True) if g == f]
-        tables = calibrated_tables(fit, candidates, tcfg, schedule)
-        for t in targets:
-            for name, (st, _) in calibrated_stops(held, tables, t).items():
-                stops[name][t].update(st)
+    draws = [
+        _held_out_stops(calibration, candidates, tcfg, schedule, targets, folds, seed + i)
+        for i in range(max(1, repeats))
+    ]
     out: dict[str, dict[str, Any]] = {}
     order = [c for c in SIMPLE_FIRST if c in candidates] + [
         c for c in candidates if c not in SIMPLE_FIRST
@@ -116,10 +114,12 @@ def select_per_group(
             per_t = {}
             ok = True
             for t in targets:
-                if len(stops[c][t]) < len(calibration):
+                if any(len(st[c][t]) < len(calibration) for st in draws):
                     ok = False
                     break
-                fpr, _, saved = Outcome.of(rs, stops[c][t]).rates()
+                rates = [Outcome.of(rs, st[c][t]).rates() for st in draws]
+                fpr = float(np.mean([x[0] for x in rates]))
+                saved = float(np.mean([x[2] for x in rates]))
                 per_t[f"{t:g}"] = {"fpr": fpr, "saved": saved}
                 ok = ok and not (fpr == fpr and fpr > 1.5 * t)
             if per_t:
@@ -146,3 +146,26 @@ def select_per_group(
             "mean_saved": mean_saved,
         }
     return out
+
+
+def _held_out_stops(
+    calibration: Sequence[RunRecord],
+    candidates: Sequence[str],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    targets: Sequence[float],
+    folds: int,
+    seed: int,
+) -> dict[str, dict[float, Stops]]:
+    """Each candidate's stops of every calibration run by thresholds fitted on the other
+    instance folds (one fold draw)."""
+    fold = record_folds(calibration, folds, seed)
+    stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in candidates}
+    for f in range(folds):
+        fit = [r for r, g in zip(calibration, fold, strict=True) if g != f]
+        held = [r for r, g in zip(calibration, fold, strict=True) if g == f]
+        tables = calibrated_tables(fit, candidates, tcfg, schedule)
+        for t in targets:
+            for name, (st, _) in calibrated_stops(held, tables, t).items():
+                stops[name][t].update(st)
+    return stops
