@@ -201,3 +201,29 @@ def test_evaluate_without_calibration_runs_uses_the_bundles_shipped_candidates(
     sel = shipped["calibrated_baselines"]["selected"]
     assert sel["choice"]["b"]["chosen"] == cands["chosen"]["b"]["by_target"]["0.1"]
     assert any("candidates.json" in n for n in shipped["notes"])
+
+
+def test_stop_rule_variants_are_compared_on_a_views_saved_records(
+    records: list[RunRecord], tmp_path
+) -> None:
+    from training.config import PipelineConfig
+    from training.data.records import save_records
+    from training.experiments.stop_rules import compare
+
+    cfg = PipelineConfig.model_validate(
+        {"thresholds": {"group_by": "agent", "targets": [0.05, 0.1]}}
+    )
+    folder = tmp_path / "instance"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="no records.parquet"):
+        compare(cfg, folder, ["base"], folds=3)
+    save_records(folder / "records.parquet", records)
+    md = compare(cfg, folder, ["base", "margin1"], folds=3, n_boot=20)
+    assert "| base |" in md
+    assert "| margin1 |" in md
+    import json
+
+    got = json.loads((folder / "stop_rules.json").read_text())
+    # fitting each target at the target (margin 1) never saves less than at half of it
+    for key in ("0.05", "0.1"):
+        assert got["margin1"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]

@@ -232,7 +232,11 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
                 )
                 return 2
             for view in args.views:
-                print(compare(cfg, Path(args.out) / view, args.stop_rules, folds=args.folds))
+                try:
+                    print(compare(cfg, Path(args.out) / view, args.stop_rules, folds=args.folds))
+                except ValueError as e:
+                    print(f"failfast crossfit: {e}", file=sys.stderr)
+                    return 2
             return 0
         if args.rereport:
             rereport(cfg, args.out, views=args.views, folds=args.folds)

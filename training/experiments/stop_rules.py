@@ -113,6 +113,8 @@ def compare(
     from training.data.records import load_records
     from training.evaluate.candidates import view_folds
 
+    if not (folder / "records.parquet").is_file():
+        raise ValueError(f"{folder}: no records.parquet (write it with `failfast crossfit` first)")
     records = load_records(folder / "records.parquet")
     fold = view_folds(folder.name, records, folds, cfg.data.split_seed)
     if fold is None:
