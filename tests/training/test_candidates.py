@@ -128,6 +128,10 @@ def test_selection_picks_each_groups_informative_scorer(records: list[RunRecord]
         for c, v in again[g]["mean_saved"].items():
             assert v == pytest.approx((choice[g]["mean_saved"][c] + other[g]["mean_saved"][c]) / 2)
         assert again[g]["chosen"] in ("monitor", "tfidf_lr", STACK)
+    # shrunk all the way to the mean over groups, both groups choose the same candidate
+    pooled = select_per_group(cal, cands, _tcfg(), SCHED, targets=[0.05, 0.1], shrink=1e9)
+    assert pooled["a"]["chosen_by_target"] == pooled["b"]["chosen_by_target"]
+    assert pooled["a"]["inner"] == choice["a"]["inner"]  # the held-out rates themselves unchanged
 
 
 def test_crossfit_candidates_reports_every_candidate_and_the_choice(

@@ -89,11 +89,14 @@ def select_per_group(
     seed: int = 1,
     tie: float = 0.005,
     repeats: int = 1,
+    shrink: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """Per group: {"chosen": name, "inner": {name: {target: {"fpr", "saved"}}}} (module
     docstring). `calibration` carries every candidate's score (the stack's out of fold).
     `repeats` > 1: the held-out rates are averaged over that many fold draws (seeds seed,
-    seed + 1, ...), a less noisy choice for small groups."""
+    seed + 1, ...), a less noisy choice for small groups. `shrink` > 0: a group's held-out
+    savings are shrunk toward the mean over groups, its own weighing n / (n + shrink) with n its
+    resolved calibration runs (borrowing strength: a small group's choice leans on the others)."""
     key = tcfg.group_by
     folds = min(folds, len({r.instance_id for r in calibration}))
     if folds < 2:  # nothing to hold out: every group keeps the LM probe
@@ -103,49 +106,84 @@ def select_per_group(
         _held_out_stops(calibration, candidates, tcfg, schedule, targets, folds, seed + i)
         for i in range(max(1, repeats))
     ]
-    out: dict[str, dict[str, Any]] = {}
     order = [c for c in SIMPLE_FIRST if c in candidates] + [
         c for c in candidates if c not in SIMPLE_FIRST
     ]
-    for g, rs in group_records(calibration, key).items():
-        inner: dict[str, dict[str, dict[str, float]]] = {}
-        mean_saved: dict[str, float] = {}
-        for c in order:
-            per_t = {}
-            ok = True
-            for t in targets:
-                if any(len(st[c][t]) < len(calibration) for st in draws):
-                    ok = False
-                    break
-                rates = [Outcome.of(rs, st[c][t]).rates() for st in draws]
-                fpr = float(np.mean([x[0] for x in rates]))
-                saved = float(np.mean([x[2] for x in rates]))
-                per_t[f"{t:g}"] = {"fpr": fpr, "saved": saved}
-                ok = ok and not (fpr == fpr and fpr > 1.5 * t)
-            if per_t:
-                inner[c] = per_t
-            if ok and per_t:
-                mean_saved[c] = float(np.mean([v["saved"] for v in per_t.values()]))
+    groups = group_records(calibration, key)
+    inner = {
+        g: _inner_rates(rs, order, targets, draws, len(calibration)) for g, rs in groups.items()
+    }
+    pooled = _pooled_saved(inner)
+    out: dict[str, dict[str, Any]] = {}
+    for g, rs in groups.items():
+        n = sum(bool(r.resolved) for r in rs)
+        w = n / (n + shrink) if shrink > 0 else 1.0  # the group's own weight against the pool
+
+        def saved(c: str, key_t: str, g: str = g, w: float = w) -> float:
+            return w * inner[g][c][key_t]["saved"] + (1 - w) * pooled[c][key_t]
+
+        def ok(c: str, key_t: str, t: float, g: str = g) -> bool:
+            fpr = inner[g][c][key_t]["fpr"]
+            return not (fpr == fpr and fpr > 1.5 * t)
+
+        keys = [(f"{t:g}", t) for t in targets]
+        mean_saved = {
+            c: float(np.mean([saved(c, k) for k, _ in keys]))
+            for c in inner[g]
+            if len(inner[g][c]) == len(keys) and all(ok(c, k, t) for k, t in keys)
+        }
         best = max(mean_saved.values()) if mean_saved else 0.0
         chosen = next((c for c in order if c in mean_saved and mean_saved[c] >= best - tie), None)
         by_target = {}
-        for t in targets:
-            key_t = f"{t:g}"
+        for key_t, t in keys:
             ok_t = {
-                c: v[key_t]["saved"]
-                for c, v in inner.items()
-                if key_t in v
-                and not (v[key_t]["fpr"] == v[key_t]["fpr"] and v[key_t]["fpr"] > 1.5 * t)
+                c: saved(c, key_t) for c in inner[g] if key_t in inner[g][c] and ok(c, key_t, t)
             }
             top = max(ok_t.values()) if ok_t else 0.0
             by_target[key_t] = next((c for c in order if c in ok_t and ok_t[c] >= top - tie), None)
         out[g] = {
             "chosen": chosen,
             "chosen_by_target": by_target,
-            "inner": inner,
+            "inner": inner[g],
             "mean_saved": mean_saved,
         }
     return out
+
+
+def _inner_rates(
+    rs: Sequence[RunRecord],
+    order: Sequence[str],
+    targets: Sequence[float],
+    draws: Sequence[dict[str, dict[float, Stops]]],
+    n_calibration: int,
+) -> dict[str, dict[str, dict[str, float]]]:
+    """candidate -> target key -> held-out {"fpr", "saved"} of one group's runs (the mean over
+    the fold draws); a candidate missing stops of some calibration run is left out."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for c in order:
+        if any(len(st[c][t]) < n_calibration for st in draws for t in targets):
+            continue
+        per_t = {}
+        for t in targets:
+            rates = [Outcome.of(rs, st[c][t]).rates() for st in draws]
+            per_t[f"{t:g}"] = {
+                "fpr": float(np.mean([x[0] for x in rates])),
+                "saved": float(np.mean([x[2] for x in rates])),
+            }
+        out[c] = per_t
+    return out
+
+
+def _pooled_saved(
+    inner: dict[str, dict[str, dict[str, dict[str, float]]]],
+) -> dict[str, dict[str, float]]:
+    """candidate -> target key -> the mean over groups of its held-out tokens saved."""
+    acc: dict[str, dict[str, list[float]]] = {}
+    for per_c in inner.values():
+        for c, per_t in per_c.items():
+            for k, v in per_t.items():
+                acc.setdefault(c, {}).setdefault(k, []).append(v["saved"])
+    return {c: {k: float(np.mean(v)) for k, v in per_t.items()} for c, per_t in acc.items()}
 
 
 def _held_out_stops(
