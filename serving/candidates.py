@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.live import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
+from serving.numeric import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
 
 STEP_LIMIT = "step_limit"
 TOKEN_LIMIT = "token_limit"

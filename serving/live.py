@@ -12,13 +12,10 @@ import numpy as np
 
 from monitor.signals import SignalTracker
 from monitor.types import Step
+from serving.choice import step_piece
+from serving.numeric import sigmoid
 
-
-def sigmoid(x: np.ndarray | float) -> np.ndarray:
-    """Numerically stable 1 / (1 + exp(-x)), elementwise (float64)."""
-    x = np.asarray(x, dtype=np.float64)
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+__all__ = ["KVScoreSession", "sigmoid"]
 
 
 class KVScoreSession:
@@ -52,9 +49,6 @@ class KVScoreSession:
         self._candidate = None
         self._lm = True  # whether the LM probe runs (the candidate needs its score)
         if th.scorer != "monitor":
-            from serving.choice import step_piece  # here: serving.choice imports this module
-
-            self._piece = step_piece
             table = scorer.bundle.thresholds
             group = table.group_of(agent or "", source) if table is not None else ""
             header = scorer.featuriser.header(task, agent or "")
@@ -74,7 +68,7 @@ class KVScoreSession:
             if self._candidate is None:
                 assert monitor is not None
                 return monitor
-            piece = self._piece(self._scorer.featuriser, step, self.k)
+            piece = step_piece(self._scorer.featuriser, step, self.k)
             signals = np.asarray(self._tracker.vector(), dtype=np.float64)
             return self._candidate.observe(piece, signals, step.tokens, monitor)
 
