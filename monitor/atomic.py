@@ -134,16 +134,24 @@ def atomic_dir(out: str | Path) -> Iterator[Path]:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write one file whole or not at all (temporary sibling, fsync, rename)."""
+    """Write one file whole or not at all (temporary sibling, fsync, rename), as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Write one file whole or not at all: a temporary sibling, fsync, rename into place, then
+    (with `sync_dir`) fsync of the folder so the rename itself survives a crash; a cache whose
+    entry may be lost, never torn, passes sync_dir=False."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)

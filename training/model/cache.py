@@ -17,8 +17,6 @@ import hashlib
 import io
 import json
 import logging
-import os
-import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.atomic import atomic_write_bytes
 from monitor.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -119,16 +118,8 @@ class FeatureCache:
         hidden = np.ascontiguousarray(feats.hidden, dtype=np.float32)
         np.savez(buf, hidden=hidden, encoded_tokens=np.int64(feats.encoded_tokens))
         payload = buf.getvalue()
-        tmp = p.with_name(f"{p.stem}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
-                f.flush()
-                os.fsync(f.fileno())
-            tmp.replace(p)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        # whole or absent (the feature pass writes thousands: no folder fsync per entry)
+        atomic_write_bytes(p, MAGIC + hashlib.sha256(payload).digest() + payload, sync_dir=False)
 
 
 def _verified(p: Path) -> RunFeatures:
