@@ -89,11 +89,11 @@ class TrainConfig(StrictModel):
     signals; see training.model.probe.fit_probe)."""
     probe_max_focus: float = Field(0.0, ge=0.0)
     """> 0: the probe's loss on a resolved run is on the soft maximum of its checked logits
-    (log-sum-exp at temperature 1 / focus; training.model.probe.stop_loss_fit), the score a stop
+    (log-sum-exp at temperature 1 / focus; training.model.stop_loss.stop_loss_fit), the score a stop
     rule on a run's highest checked score sees; 0: per-prefix log loss."""
     probe_rank_weight: float = Field(0.0, ge=0.0)
     """> 0: add to the probe's loss a ranking loss between failing and resolved prefixes of the
-    same agent at the same step (runs alive together; training.model.probe.ranking_pairs), this
+    same agent at the same step (runs alive together; training.model.stop_loss.ranking_pairs), this
     weight times the log loss's total weight; 0: none."""
     progress: bool = True
     """Progress bars."""

@@ -209,7 +209,7 @@ def test_probe_learns(model, featuriser, runs):
 def test_stop_loss_gradient_and_hard_max_limit():
     from scipy.optimize import check_grad
 
-    from training.model.probe import stop_loss
+    from training.model.stop_loss import stop_loss
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 4))
@@ -245,7 +245,7 @@ def test_probe_with_max_focus_lowers_resolved_runs_highest_scores(model, featuri
 
 
 def test_ranking_pairs_are_same_agent_same_step_failing_against_resolved():
-    from training.model.probe import ranking_pairs
+    from training.model.stop_loss import ranking_pairs
 
     y = np.array([1, 0, 1, 0, 1, 0])
     agents = ["a", "a", "a", "b", "b", "a"]
@@ -261,7 +261,7 @@ def test_ranking_pairs_are_same_agent_same_step_failing_against_resolved():
 def test_stop_loss_with_the_ranking_term_has_the_right_gradient():
     from scipy.optimize import check_grad
 
-    from training.model.probe import ranking_pairs, stop_loss
+    from training.model.stop_loss import ranking_pairs, stop_loss
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(40, 3))

@@ -6,7 +6,7 @@
 For each outer fold of the view `failfast crossfit` wrote (same folds and seed), the probe is
 refitted on the fold's training runs from the cached features with one fixed (C, hidden scale)
 and each `train.probe_max_focus` (0: per-prefix log loss; > 0: a resolved run's loss on the soft
-maximum of its checked logits, training.model.probe.stop_loss_fit) and scores the held-out runs.
+maximum of its checked logits, training.model.stop_loss.stop_loss_fit) and scores the held-out runs.
 The view's saved records keep their other scores (baselines, length); only "monitor" is
 replaced, and every candidate and the per-group choice are calibrated and judged as
 `failfast crossfit`'s `calibrated` section does. Focus 0 with the same fixed pair is the
