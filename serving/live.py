@@ -64,16 +64,16 @@ class KVScoreSession:
         with self._lock:
             self._tracker.update(step)
             self.k += 1
-            monitor = self._monitor_score(step) if self._lm else None
+            signals = np.asarray(self._tracker.vector(), dtype=np.float64)  # after this step
+            monitor = self._monitor_score(step, signals) if self._lm else None
             if self._candidate is None:
                 assert monitor is not None
                 return monitor
             piece = step_piece(self._scorer.featuriser, step, self.k)
-            signals = np.asarray(self._tracker.vector(), dtype=np.float64)
             return self._candidate.observe(piece, signals, step.tokens, monitor)
 
-    def _monitor_score(self, step: Step) -> float:
-        """The LM probe's score after `step` (the tracker already holds it)."""
+    def _monitor_score(self, step: Step, signals: np.ndarray) -> float:
+        """The LM probe's score after `step` (`signals`: the tracker's vector after it)."""
         ids, restarted = self._render.add(step)
         if restarted:
             self._window = list(ids)
@@ -81,7 +81,7 @@ class KVScoreSession:
             self.restarts += 1
         else:
             self._window.extend(ids)
-        sig = np.asarray(self._tracker.vector(), dtype=np.float32)[self._scorer.signal_index]
+        sig = signals.astype(np.float32)[self._scorer.signal_index]
         if self._past is None:
             new, past = self._window, self._scorer._start_state
         else:

@@ -192,7 +192,9 @@ def evaluate(
     if not calibration and candidates:
         from training.evaluate.shipped import from_bundle
 
-        cal_stops, cal_info = from_bundle(records, candidates, thresholds, target=cfg.target_fpr)
+        cal_stops, cal_info = from_bundle(
+            records, candidates, thresholds, target=cfg.target_fpr, monitor=(mon, used)
+        )
         notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
     if calibration:
         cal_stops, cal_info = as_shipped(

@@ -162,13 +162,15 @@ def from_bundle(
     table: Any,
     *,
     target: float,
+    monitor: tuple[Stops, dict[str, dict[str, Any]]],
 ) -> tuple[dict[str, Stops], dict[str, dict[str, Any]]]:
     """Every candidate of a bundle's candidates.json stopping `records` at the thresholds the
     bundle ships (no recalibration), and `selected`: per group the candidate the bundle serves
-    (serving.choice, the LM probe where its rules say so). What `failfast evaluate` shows on new
-    runs scored with a bundle whose training output is not at hand."""
+    (serving.choice, the LM probe where its rules say so; `monitor`: the LM probe's stops of
+    `records` at `table`, and the thresholds used, as training.evaluate.stops.score_stops gives
+    them). What `failfast evaluate` shows on new runs scored with a bundle whose training output
+    is not at hand."""
     from serving.choice import MONITOR, Choice
-    from training.evaluate.stops import score_stops
     from training.model.stack import StackModel
 
     choice = Choice.from_json(candidates, table)
@@ -190,7 +192,7 @@ def from_bundle(
             "calibration_runs": candidates.get("calibration_runs"),
             "from": "the bundle's candidates.json",
         }
-    mon, mon_used = score_stops(recs, table, target=target)
+    mon, mon_used = monitor
     sel: Stops = {}
     used_sel: dict[str, dict[str, Any]] = {}
     for r in recs:
