@@ -147,6 +147,12 @@ class Bundle:
             return None
         return Choice.load(p, self.thresholds)
 
+    def group_of(self, agent: str | None, source: str = "") -> str:
+        """The threshold group a run of `agent` / `source` belongs to (ThresholdTable.group_of;
+        "" when the bundle has no thresholds)."""
+        table = self.thresholds
+        return table.group_of(agent or "", source) if table is not None else ""
+
     def thresholds_for(
         self, agent: str | None, target: float | None = None, source: str = ""
     ) -> Thresholds:
@@ -156,8 +162,9 @@ class Bundle:
         table = self.thresholds
         if table is None:
             return Thresholds(math.inf, math.inf, "refused")
-        group = table.group_of(agent or "", source) or None
-        return table.lookup(group, self.target if target is None else target)
+        return table.lookup(
+            self.group_of(agent, source) or None, self.target if target is None else target
+        )
 
 
 def start_record(scorer: ScorerProtocol) -> dict[str, Any]:

@@ -49,9 +49,8 @@ class KVScoreSession:
         self._candidate = None
         self._lm = True  # whether the LM probe runs (the candidate needs its score)
         if th.scorer != "monitor":
-            table = scorer.bundle.thresholds
-            group = table.group_of(agent or "", source) if table is not None else ""
             header = scorer.featuriser.header(task, agent or "")
+            group = scorer.bundle.group_of(agent, source)
             self._candidate = scorer.choice.start(th.scorer, header, group)
             self._lm = scorer.choice.needs_monitor(th.scorer)
 

@@ -192,10 +192,9 @@ class Scorer:
         and the candidate they are for (`Thresholds.scorer`): candidates.json's choice for its
         group, else the LM probe (serving.choice says when)."""
         th = self.thresholds(agent, source)
-        table = self.bundle.thresholds
-        if self.choice is None or table is None:
+        if self.choice is None or self.bundle.thresholds is None:
             return th
-        return self.choice.served(table.group_of(agent or "", source), self.target, th)
+        return self.choice.served(self.bundle.group_of(agent, source), self.target, th)
 
     def score_served(
         self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
@@ -206,17 +205,15 @@ class Scorer:
         if served.scorer == MONITOR:
             return self.score_run(traj, cancelled=cancelled), served
         assert self.choice is not None
-        assert self.bundle.thresholds is not None
         mon = None
         if self.choice.needs_monitor(served.scorer):
             mon = self.score_run(traj, cancelled=cancelled)
-        group = self.bundle.thresholds.group_of(traj.agent or "", traj.source)
         scores = self.choice.score_run(
             served.scorer,
             run_pieces(self.featuriser, traj),
             signal_matrix(traj),
             [s.tokens for s in traj.steps],
-            group,
+            self.bundle.group_of(traj.agent, traj.source),
             mon,
         )
         return scores.tolist(), served
