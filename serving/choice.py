@@ -66,7 +66,7 @@ class Choice:
             signals=SignalsLR.from_json(params["signals_lr"]) if "signals_lr" in params else None,
             tfidf=TfidfLR.from_json(params["tfidf_lr"]) if "tfidf_lr" in params else None,
             stack=Stack.from_json(d["stack"]) if "stack" in d else None,
-            recalibrated=recalibrated_groups(monitor_table),
+            recalibrated=recalibrated_groups(monitor_table.calibration if monitor_table else None),
         )
 
     @classmethod
@@ -157,10 +157,10 @@ class Choice:
         return np.asarray(out, dtype=np.float64)
 
 
-def recalibrated_groups(table: ThresholdTable | None) -> set[str]:
+def recalibrated_groups(calibration: Mapping[str, Any] | None) -> set[str]:
     """Groups whose monitor thresholds `failfast calibrate` wrote (not those it kept from the
-    training run)."""
-    cal = (table.calibration if table is not None else None) or {}
+    training run), from the monitor table's `calibration` record."""
+    cal = calibration or {}
     if cal.get("records") != "failfast calibrate":
         return set()
     per = cal.get("per_agent") or {}

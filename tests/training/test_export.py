@@ -234,6 +234,32 @@ def test_model_card_is_rendered_from_the_manifest_thresholds() -> None:
                   "held_out_saved": {"tfidf_lr": 0.123}},
         "src-b": {"scorer": "step_limit", "by_target": {}},
     }  # fmt: skip
-    card = model_card({**manifest, "target": 0.05}, {"chosen": chosen})
+
+    def table(stops: dict) -> dict:  # a candidate's thresholds.json, stop per group at 5%
+        groups = {
+            g: {"n_resolved": 50, "stop": {"0.05": st}, "warn": 0.5} for g, st in stops.items()
+        }
+        return {"mode": "bound", "confidence": 0.95, "method": "conformal", "group_by": "source",
+                "fallback": "none", "schedule": {"min_steps": 3}, "targets": [0.05],
+                "groups": groups, "pooled": {"n_resolved": 100, "warn": 0.5}}  # fmt: skip
+
+    tfidf = {"vocabulary": {"x": 0}, "idf": [1.0], "coef": [0.5], "intercept": 0.0}
+    cands = {
+        "chosen": chosen,
+        "params": {"tfidf_lr": tfidf},
+        "thresholds": {
+            "tfidf_lr": table({"src-a": {"threshold": 0.9}}),
+            "step_limit": table({"src-b": {"threshold": 5e-4}}),
+        },
+    }
+    card = model_card({**manifest, "target": 0.05}, cands)
     assert "- src-a: tfidf_lr (held-out tokens saved, mean over targets: 12.3%)" in card
     assert "- src-b: step_limit" in card
+    # what the bundle would serve instead: a refused choice, a group re-calibrated since
+    cands["thresholds"]["step_limit"] = table({"src-b": {"refused": "needs at least 39"}})
+    card = model_card({**manifest, "target": 0.05}, cands)
+    assert "- src-b: monitor (the LM probe: the chosen step_limit has no threshold at 0.05)" in card
+    calibration = {"records": "failfast calibrate", "per_agent": {"src-a": {"runs": 9}}}
+    manifest["thresholds"]["calibration"] = calibration
+    card = model_card({**manifest, "target": 0.05}, cands)
+    assert "- src-a: monitor (the LM probe: the group was re-calibrated" in card

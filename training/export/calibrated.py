@@ -66,13 +66,8 @@ def _copy(
         }
     )
     # the card is rendered again from the new manifest (the copied one states the old thresholds)
-    cands = dst / "candidates.json"
+    cands = dst / "candidates.json"  # the card names the re-calibrated groups' LM probe
     chosen = json.loads(cands.read_text()) if cands.is_file() else None
-    if chosen and manifest.thresholds is not None:  # re-calibrated groups: the LM probe serves
-        from serving.choice import recalibrated_groups
-
-        again = recalibrated_groups(manifest.thresholds)
-        chosen["chosen"] = {g: c for g, c in chosen.get("chosen", {}).items() if g not in again}
     (dst / "README.md").write_text(model_card(manifest.to_json(), chosen) + _card_section(record))
     write_manifest(dst, manifest)
     load_bundle(dst)  # the hashes hold before the copy replaces anything

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 from monitor.escape import md
-from monitor.thresholds import DEFAULT_FALLBACK, DEFAULT_GROUP_BY, DEFAULT_MARGIN
+from monitor.thresholds import DEFAULT_FALLBACK, DEFAULT_GROUP_BY, DEFAULT_MARGIN, Thresholds
 
 
 def _fmt_metrics(metrics: dict[str, Any]) -> list[str]:
@@ -78,8 +80,12 @@ def _thresholds_section(manifest: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _served_section(candidates: dict[str, Any] | None, target: float) -> list[str]:
-    """Which candidate scores each group at the served target (candidates.json's choice)."""
+def _served_section(
+    candidates: dict[str, Any] | None, target: float, calibration: dict[str, Any] | None
+) -> list[str]:
+    """Which candidate scores each group at the served target: candidates.json's choice, as
+    serving.choice serves it (the LM probe where the choice cannot be served, or the group was
+    re-calibrated: `calibration` is the monitor table's record)."""
     if not candidates or not candidates.get("chosen"):
         return ["## Served scorer", "- the LM probe for every group (no candidates.json)"]
     lines = [
@@ -88,11 +94,21 @@ def _served_section(candidates: dict[str, Any] | None, target: float) -> list[st
         f"served target {target:g}); each is served with its own thresholds, the LM probe where "
         'the choice cannot be served (docs/BUNDLE.md, "Which scorer serves a group"):',
     ]
-    for g, c in sorted(candidates["chosen"].items()):
-        name = (c.get("by_target") or {}).get(f"{target:g}") or c.get("scorer") or "monitor"
-        saved = (c.get("held_out_saved") or {}).get(name)
-        why = f" (held-out tokens saved, mean over targets: {100 * saved:.1f}%)" if saved else ""
-        lines.append(f"- {md(g)}: {md(str(name))}{why}")
+    from serving.choice import Choice, recalibrated_groups
+
+    choice = dataclasses.replace(
+        Choice.from_json(candidates, None), recalibrated=recalibrated_groups(calibration)
+    )
+    for g, c in sorted(choice.chosen.items()):
+        th = choice.served(g, target, Thresholds(math.inf, math.inf, "refused"))
+        saved = (c.get("held_out_saved") or {}).get(th.scorer)
+        if th.scorer == "monitor":
+            why = f" ({th.why})"
+        else:
+            why = (
+                f" (held-out tokens saved, mean over targets: {100 * saved:.1f}%)" if saved else ""
+            )
+        lines.append(f"- {md(g)}: {md(th.scorer)}{md(why)}")
     return lines
 
 
@@ -123,7 +139,11 @@ def model_card(manifest: dict[str, Any], candidates: dict[str, Any] | None = Non
         "",
         *_thresholds_section(manifest),
         "",
-        *_served_section(candidates, float(manifest.get("target") or 0.05)),
+        *_served_section(
+            candidates,
+            float(manifest.get("target") or 0.05),
+            (manifest.get("thresholds") or {}).get("calibration"),
+        ),
         "",
         "## Intended use and limits",
         "- Early stopping and warm restart of SWE-bench-style agent runs, checked at step boundaries.",
