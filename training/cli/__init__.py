@@ -11,7 +11,16 @@ import argparse
 import logging
 import sys
 
-from training.cli import calibrate, experiments, monitor, serving, signing, supervise, training
+from training.cli import (
+    calibrate,
+    experiments,
+    live,
+    monitor,
+    serving,
+    signing,
+    supervise,
+    training,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.register(sub)
     experiments.register(sub)
     serving.register(sub)
+    live.register(sub)
     supervise.register(sub)
     signing.register(sub)
     return parser

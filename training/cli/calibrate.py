@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any, get_args
 
 from monitor.escape import visible
-from training.cli.serving import _pin_arg, _problem
+from training.cli.scorer_args import pin_arg, problem
 
 if TYPE_CHECKING:
     from serving.scorer import Scorer
@@ -132,7 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--records-out", default=None, help="also save the scored records (parquet)")
     p.add_argument("--int8", action="store_true", help="score with the int8 graphs")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads per call")
-    _pin_arg(p)
+    pin_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_calibrate)
 
@@ -154,7 +154,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         if args.check is not None:
             records = _check(args, scorer, cfg, records, data, runs)
     except (BundleError, ConfigError, ValueError, OSError) as e:
-        return _problem(e)
+        return problem(e)
     return _write(args, scorer, cfg, records, data)
 
 
@@ -340,7 +340,7 @@ def _write(
     try:
         result = recalibrate(old, records, cfg, schedule=schedule, replace=args.replace)
     except ValueError as e:
-        return _problem(e)
+        return problem(e)
     table = result.table
     print(f"thresholds ({cfg.mode}, {cfg.method}; schedule {schedule.model_dump()}):")
     for g, c in result.groups.items():
@@ -367,7 +367,7 @@ def _write(
                 "nothing written. Give more resolved runs, a larger --serve-target, or another "
                 "--method"
             )
-            return _problem(ValueError(why))
+            return problem(ValueError(why))
     command = "failfast " + " ".join(shlex.quote(a) for a in args.argv)
     record = calibration_record(
         result, cfg, data=data, served_target=served, bundle=bundle, command=command
@@ -375,6 +375,6 @@ def _write(
     try:
         out = write_calibrated_bundle(bundle, args.out, table, record, target=served)
     except BundleError as e:
-        return _problem(e)
+        return problem(e)
     print(f"recalibrated bundle: {out} (served target {served:g}; calibrated {record['at']})")
     return 0

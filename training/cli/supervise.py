@@ -16,7 +16,7 @@ from monitor.errors import BundleError
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `failfast supervise` to the `failfast` parser."""
     from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
-    from training.cli.serving import _bundle_or_url_args, _group_args
+    from training.cli.scorer_args import bundle_or_url_args, group_args
 
     p = sub.add_parser(
         "supervise",
@@ -36,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a running `failfast serve`, e.g. http://127.0.0.1:8000; sends $FAILFAST_API_KEY "
         "as its key when set (a 401 is a monitor_error: the agent runs on)",
     )
-    _bundle_or_url_args(p)
+    bundle_or_url_args(p)
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per call to --url")
     p.add_argument("--transcript", required=True, help="the file the agent writes its run to")
     p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    _group_args(p)
+    group_args(p)
     p.add_argument("--max-attempts", type=int, default=2, help="attempts in all (default 2)")
     p.add_argument("--summary", default=None, metavar="OUT.json", help="write the summary here")
     p.add_argument(
@@ -150,7 +150,7 @@ def _local_monitor(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from monitor.decision_log import DecisionLog
     from monitor.policy import PolicyConfig
     from monitor.session import Monitor
-    from training.cli.serving import _load_scorer
+    from training.cli.scorer_args import load_scorer
 
-    scorer = _load_scorer(args)
+    scorer = load_scorer(args)
     return Monitor(PolicyConfig.model_validate(scorer.policy), scorer=scorer, log=DecisionLog())

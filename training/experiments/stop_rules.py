@@ -49,6 +49,7 @@ def _map_scores(records: Sequence[RunRecord], f: Callable[[np.ndarray], np.ndarr
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "margin1.5": {"margin": 1.5},
+    "margin1.75": {"margin": 1.75},
     "margin1": {"margin": 1.0},
     "persist1": {"persist": 1},
     "persist3": {"persist": 3},
