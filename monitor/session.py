@@ -24,7 +24,6 @@ to the Monitor's feedback (monitor.feedback: realized FPR per agent and the drif
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -34,9 +33,10 @@ from monitor.decision_log import DecisionLog
 from monitor.errors import Cancelled, VerdictError
 from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
-from monitor.normalise import call_key, short_call
+from monitor.normalise import call_key
 from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
 from monitor.protocols import Scorer, ScoreSession
+from monitor.restart_summary import error_line, restart_summary
 from monitor.signals import SignalTracker
 from monitor.types import Decision, Flag, RestartPacket, Step
 
@@ -387,7 +387,13 @@ class Session:
     ) -> Decision:
         packet = RestartPacket(
             diff=self.diff,
-            summary=self.summary(reason, values),
+            summary=restart_summary(
+                reason,
+                values,
+                top_call=self.tracker.top_call,
+                last_error=self._last_error,
+                touched={**self.flag_tracker.edited, **self.flag_tracker.files},
+            ),
             task=self.task,  # the packet alone must be enough to start the fresh run
         )
         k = int(values["steps"])
@@ -397,48 +403,3 @@ class Session:
             decision, run=self.run, agent=self.agent, event=event, session=self.session_id
         )
         return decision
-
-    def summary(self, reason: str, values: dict[str, float]) -> str:
-        """A short account of what the run tried, for a warm restart."""
-        v = values
-        parts = [f"Stopped after {int(v['steps'])} steps ({reason})."]
-        parts.append(
-            f"Tried {int(v['tool_calls'])} tool calls, {int(v['edits'])} edits, "
-            f"{int(v['test_runs'])} test runs"
-            + (
-                f" (last {'failed' if v['last_test_failed'] else 'passed'})."
-                if v["test_runs"]
-                else "."
-            )
-        )
-        if v["max_repeat"] > 1:
-            parts.append(
-                f"Most repeated call ({int(v['max_repeat'])}x): {short_call(self.tracker.top_call, 100)}"
-            )
-        if self._last_error:
-            parts.append(f"Last error: {self._last_error}")
-        touched = {**self.flag_tracker.edited, **self.flag_tracker.files}
-        if touched:
-            files = sorted(touched)
-            parts.append(
-                "Files touched: " + ", ".join(files[:8]) + (" ..." if len(files) > 8 else "")
-            )
-        return " ".join(parts)
-
-
-# An exception line ("ValueError: ...", pytest's "E   KeyError: 'x'"), then a failed test id.
-_EXCEPTION = re.compile(
-    r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b"
-)
-_FAILED = re.compile(r"^(?:FAILED|ERROR)\b")
-
-
-def error_line(text: str, limit: int = 160) -> str:
-    """The line of an error output that names the error: the last exception line, else the last
-    FAILED/ERROR line (pytest), else the last non-empty line ("1 failed in 0.12s" says less)."""
-    lines = [ln.strip() for ln in text[-4000:].splitlines() if ln.strip()]
-    pick = next((ln for ln in reversed(lines) if _EXCEPTION.match(ln)), None)
-    pick = pick or next((ln for ln in reversed(lines) if _FAILED.match(ln)), None)
-    pick = pick or (lines[-1] if lines else "")
-    pick = pick.removeprefix("E ").strip() if pick.startswith("E ") else pick
-    return pick if len(pick) <= limit else pick[: limit - 1] + "…"
