@@ -20,7 +20,7 @@ from training.cli.scorer_args import (
     load_scorer,
     problem,
     read_limited,
-    scorer_args,
+    transcript_args,
 )
 
 
@@ -67,10 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "watch",
         help="follow a growing transcript; a Decision per step; exit 1 on stop, 2 on a problem",
     )
-    scorer_args(p)
-    p.add_argument("transcript", help="transcript file being written")
-    p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    group_args(p)
+    transcript_args(p, "transcript file being written")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
         "--idle", type=float, default=300.0, help="exit 0 after this long without growth"

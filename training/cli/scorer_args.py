@@ -26,6 +26,15 @@ def scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     pin_arg(p)
 
 
+def transcript_args(p: argparse.ArgumentParser, what: str) -> None:
+    """The bundle, one transcript (`what` it is), its reader and its threshold group: the
+    arguments of `score` and `watch`."""
+    scorer_args(p)
+    p.add_argument("transcript", help=what)
+    p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
+    group_args(p)
+
+
 def pin_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bundle-sha256",

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from monitor.errors import BundleError
 from monitor.escape import visible
 from training.cli.scorer_args import (
-    group_args,
     limit_args,
     load_scorer,
     problem,
     read_limited,
     scorer_args,
+    transcript_args,
 )
 
 if TYPE_CHECKING:
@@ -34,10 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "score",
         help="score a finished or partial transcript with a bundle (exit 1: stop, 2: problem)",
     )
-    scorer_args(p)
-    p.add_argument("transcript", help="transcript file or run folder (any supported format)")
-    p.add_argument("--format", default=None, help="reader name (sniffed when absent)")
-    group_args(p)
+    transcript_args(p, "transcript file or run folder (any supported format)")
     p.add_argument("--json", action="store_true", help="print JSON (scores, every decision)")
     limit_args(p)
     p.set_defaults(func=_score)

@@ -4,7 +4,7 @@
 
 Each variant changes how scores become stops, never the models: the margin the targets are
 fitted at, the persistence of the stop rule (k consecutive checks over the threshold),
-`min_steps`, or the scores themselves (the running mean of the last m scores, the running
+`min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean of the last m scores, the running
 maximum). Every candidate and the per-group choice are then calibrated and judged exactly as
 `failfast crossfit`'s `calibrated` section does (training.evaluate.candidates), on the view's
 folds, so the variants compare on the same runs with the same intervals. Use it on the K-fold
@@ -54,6 +54,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "persist1": {"persist": 1},
     "persist3": {"persist": 3},
     "min_steps5": {"min_steps": 5},
+    "every2": {"every": 2},
+    "every3": {"every": 3},
+    "every2_persist1": {"every": 2, "persist": 1},
     "mean3": {"scores": lambda s: running_mean(s, 3)},
     "mean5": {"scores": lambda s: running_mean(s, 5)},
     "mean3_persist1": {"scores": lambda s: running_mean(s, 3), "persist": 1},
@@ -69,7 +72,7 @@ def run_variant(
     v = VARIANTS[name]
     tcfg = cfg.thresholds.model_copy(update={k: v[k] for k in ("margin",) if k in v})
     sched = cfg.policy.schedule().model_copy(
-        update={k: v[k] for k in ("persist", "min_steps") if k in v}
+        update={k: v[k] for k in ("persist", "min_steps", "every") if k in v}
     )
     recs = _map_scores(records, v["scores"]) if "scores" in v else list(records)
     return crossfit_candidates(
