@@ -66,10 +66,11 @@ class Schedule(StrictModel):
         checked = s[ks - 1]
         if len(checked) < self.persist:
             return ks[:0], checked[:0]
-        if self.persist == 1:
-            return ks, checked
-        win = np.lib.stride_tricks.sliding_window_view(checked, self.persist)
-        return ks[self.persist - 1 :], win.min(axis=1)
+        p = self.persist
+        stat = checked[p - 1 :]
+        for i in range(1, p):  # the minimum over each window of p, by shifted copies (cheap)
+            stat = np.minimum(stat, checked[p - 1 - i : len(checked) - i])
+        return ks[p - 1 :], stat
 
     def first_stop(
         self, scores: Sequence[float] | np.ndarray, threshold: float | None

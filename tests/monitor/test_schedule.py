@@ -68,3 +68,16 @@ def test_stopping_statistic_is_max_of_rolling_min() -> None:
         stat = sched.max_checked_score(x)
         for t in rng.random(5):
             assert (sched.first_stop(x, t) is not None) == (stat >= t)
+
+
+def test_stop_statistic_is_the_rolling_min_at_every_checked_prefix() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        x = rng.random(rng.integers(0, 15))
+        sched = S(int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 5)))
+        ks, stat = sched.stop_statistic(x)
+        checked = sched.checked_steps(len(x))
+        p = sched.persist
+        want = [min(x[checked[i - p + 1 : i + 1] - 1]) for i in range(p - 1, len(checked))]
+        assert ks.tolist() == checked[p - 1 :].tolist()
+        assert stat.tolist() == want

@@ -108,7 +108,8 @@ def _group(
 ) -> GroupThresholds:
     maxima = np.array([schedule.max_checked_score(r.scores[cfg.scorer]) for r in recs])
     # The warn level applies to single scores (no persistence), as a live session warns.
-    single = np.array([schedule.single().max_checked_score(r.scores[cfg.scorer]) for r in recs])
+    one = schedule.single()
+    single = np.array([one.max_checked_score(r.scores[cfg.scorer]) for r in recs])
     res = np.array([bool(r.resolved) for r in recs])
     stop = {target_key(t): _stop_threshold(cfg, t, maxima[res], maxima) for t in cfg.targets}
     n = int(res.sum())
