@@ -94,7 +94,8 @@ def select_per_group(
     """Per group: {"chosen": name, "inner": {name: {target: {"fpr", "saved"}}}} (module
     docstring). `calibration` carries every candidate's score (the stack's out of fold).
     `repeats` > 1: the held-out rates are averaged over that many fold draws (seeds seed,
-    seed + 1, ...), a less noisy choice for small groups. `shrink` > 0: a group's held-out
+    seed + 1, ...), a less noisy choice for small groups (not the default: it gained in
+    distribution but failed the repository view, docs/RESULTS.md, "Issue 26, third round"). `shrink` > 0: a group's held-out
     savings are shrunk toward the mean over groups, its own weighing n / (n + shrink) with n its
     resolved calibration runs (borrowing strength: a small group's choice leans on the others)."""
     key = tcfg.group_by

@@ -4,8 +4,8 @@
 
 Each variant changes how scores become stops, never the models: the margin the targets are
 fitted at, the persistence of the stop rule (k consecutive checks over the threshold),
-`min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean of the last m scores, the running
-maximum). Every candidate and the per-group choice are then calibrated and judged exactly as
+`min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean
+of the last m scores). Every candidate and the per-group choice are then calibrated and judged exactly as
 `failfast crossfit`'s `calibrated` section does (training.evaluate.candidates), on the view's
 folds, so the variants compare on the same runs with the same intervals. Use it on the K-fold
 views (instance, repo): the shift view checks the FPR promise of what the instance view prefers.
