@@ -12,6 +12,8 @@ from monitor.escape import visible
 
 
 def scorer_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--bundle (required unless `required` is False), --int8, --threads, --target and the
+    bundle pins: what `load_scorer` reads."""
     p.add_argument(
         "--bundle",
         required=required,
@@ -36,6 +38,7 @@ def transcript_args(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def pin_arg(p: argparse.ArgumentParser) -> None:
+    """--bundle-sha256 and --trust: the bundle is refused unless it matches (serving.trust)."""
     p.add_argument(
         "--bundle-sha256",
         default=None,
@@ -80,6 +83,7 @@ def group_args(p: argparse.ArgumentParser) -> None:
 
 
 def limit_args(p: argparse.ArgumentParser) -> None:
+    """--max-bytes and --max-steps: the transcript limits `read_limited` applies."""
     from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
     p.add_argument(
@@ -97,6 +101,7 @@ def limit_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_scorer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The bundle's serving.scorer.Scorer as `scorer_args` named it (BundleError when refused)."""
     from serving.scorer import Scorer
 
     return Scorer.load(
