@@ -222,12 +222,17 @@ def test_stop_rule_variants_are_compared_on_a_views_saved_records(
     with pytest.raises(ValueError, match="no records.parquet"):
         compare(cfg, folder, ["base"], folds=3)
     save_records(folder / "records.parquet", records)
-    md = compare(cfg, folder, ["base", "margin1"], folds=3, n_boot=20)
+    md = compare(cfg, folder, ["base", "margin1", "choice3"], folds=3, n_boot=20)
     assert "| base |" in md
     assert "| margin1 |" in md
+    assert "| choice3 |" in md
     import json
 
     got = json.loads((folder / "stop_rules.json").read_text())
     # fitting each target at the target (margin 1) never saves less than at half of it
     for key in ("0.05", "0.1"):
         assert got["margin1"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]
+        # a repeated choice changes only the choice: every single candidate stops the same runs
+        for name, row in got["base"][key].items():
+            if not name.startswith("selected"):
+                assert got["choice3"][key][name] == row

@@ -68,12 +68,15 @@ def crossfit_candidates(
     seed: int = 0,
     n_boot: int = 500,
     fold: np.ndarray | None = None,
+    choice_repeats: int = 1,
 ) -> dict[str, Any]:
     """The as-shipped cross-fitted comparison (module docstring) as a JSON-able dict.
 
     Args:
         fold: the view's fold of each record (default: instance folds, `folds` and `seed` as
             `failfast crossfit`'s instance view draws them).
+        choice_repeats: fold draws the per-group choice averages over
+            (training.evaluate.select.select_per_group's `repeats`; 1 as shipped).
     """
     records = list(records)
     add_length_scores(records)
@@ -104,7 +107,9 @@ def crossfit_candidates(
             names = [*candidates, SELECTED, SELECTED_PER_TARGET]
             stops = {c: {t: {} for t in targets} for c in names}
         tables = calibrated_tables(cal, candidates, tcfg, schedule)
-        choice = select_per_group(cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1)
+        choice = select_per_group(
+            cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1, repeats=choice_repeats
+        )
         choices.append({g: {k: c[k] for k in ("chosen", "chosen_by_target", "mean_saved")}
                         for g, c in choice.items()})  # fmt: skip
         for t in targets:

@@ -5,7 +5,8 @@
 Each variant changes how scores become stops, never the models: the margin the targets are
 fitted at, the persistence of the stop rule (k consecutive checks over the threshold),
 `min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean
-of the last m scores). Every candidate and the per-group choice are then calibrated and judged exactly as
+of the last m scores); `choiceN` keeps the stops and averages the per-group choice over N draws
+of its inner folds. Every candidate and the per-group choice are then calibrated and judged exactly as
 `failfast crossfit`'s `calibrated` section does (training.evaluate.candidates), on the view's
 folds, so the variants compare on the same runs with the same intervals. Use it on the K-fold
 views (instance, repo): the shift view checks the FPR promise of what the instance view prefers.
@@ -57,6 +58,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "every2": {"every": 2},
     "every3": {"every": 3},
     "every2_persist1": {"every": 2, "persist": 1},
+    "choice3": {"repeats": 3},
+    "choice5": {"repeats": 5},
     "mean3": {"scores": lambda s: running_mean(s, 3)},
     "mean5": {"scores": lambda s: running_mean(s, 5)},
     "mean3_persist1": {"scores": lambda s: running_mean(s, 3), "persist": 1},
@@ -76,7 +79,13 @@ def run_variant(
     )
     recs = _map_scores(records, v["scores"]) if "scores" in v else list(records)
     return crossfit_candidates(
-        recs, tcfg, sched, fold=fold, seed=cfg.data.split_seed, n_boot=n_boot
+        recs,
+        tcfg,
+        sched,
+        fold=fold,
+        seed=cfg.data.split_seed,
+        n_boot=n_boot,
+        choice_repeats=v.get("repeats", 1),
     )
 
 
