@@ -15,8 +15,6 @@ from monitor.types import Step
 from serving.choice import step_piece
 from serving.numeric import sigmoid
 
-__all__ = ["KVScoreSession", "sigmoid"]
-
 
 class KVScoreSession:
     """One live run scored incrementally on model_kv.onnx. Thread-safe (a lock per session).

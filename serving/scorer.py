@@ -32,7 +32,8 @@ from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
 from serving.choice import MONITOR, run_pieces
-from serving.live import KVScoreSession, sigmoid
+from serving.live import KVScoreSession
+from serving.numeric import sigmoid
 
 __all__ = ["KVScoreSession", "Scorer", "sigmoid"]
 

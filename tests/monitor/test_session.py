@@ -203,7 +203,7 @@ def test_finish_validator() -> None:
 
 
 def test_error_line_is_the_exception_not_the_last_line() -> None:
-    from monitor.session import error_line
+    from monitor.restart_summary import error_line
 
     out = (
         'Traceback (most recent call last):\n  File "x.py", line 3, in <module>\n'

@@ -16,81 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from monitor.schedule import Schedule
 from monitor.thresholds import ThresholdTable
 from training.config import EvalConfig
 from training.data.records import RunRecord, Stops, group_records
 from training.evaluate.auroc import auroc_at_fractions
 from training.evaluate.calibrated import live_auroc
 from training.evaluate.ledger import ledger_metrics, oracle_stops
+from training.evaluate.rule_baselines import rule_baselines
 from training.evaluate.shipped import as_shipped
-from training.evaluate.stops import matched_knob_stops, matched_score_stops, score_stops
+from training.evaluate.stops import matched_score_stops, score_stops
 
 CALIBRATED = "calibrated:"
 """Prefix of the calibrated baselines' names among the report's stop rules."""
-
-
-def rule_baselines(
-    records: Sequence[RunRecord],
-    monitor_stops: Stops,
-    signals: Mapping[str, np.ndarray],
-    budgets: Mapping[str, Any] | None,
-    *,
-    schedule: Schedule,
-    group_by: str,
-) -> tuple[dict[str, tuple[Stops, dict[str, Any]]], list[str]]:
-    """The rules replayed on the runs' signals (latched, under the checks of `schedule`): the
-    transcript-analyser rule, the stuck patterns, and the p95 Budget scaled to the monitor's
-    realized FPR per group. Returns ({name: (stops, info)}, notes)."""
-    from monitor.halts import StuckLimits, TranscriptRule
-    from training.baselines import rules as br
-
-    notes = []
-    missing = [r.run_id for r in records if r.run_id not in signals]
-    if missing:
-        notes.append(
-            f"rule baselines: no transcript for {len(missing)} runs; counted as not stopped"
-        )
-    sig = {r.run_id: signals[r.run_id] for r in records if r.run_id in signals}
-    tr = TranscriptRule()
-    said = (
-        f"{tr.max_turns} turns, {tr.max_repeats} identical calls, "
-        f"{tr.max_error_streak} consecutive errors, ${tr.max_cost_usd:g}"
-    )
-    out: dict[str, tuple[Stops, dict[str, Any]]] = {
-        "transcript_analyser": (
-            br.rule_stops(sig, lambda s: br.rule_fired(s, tr), schedule=schedule),
-            {"knob": None, "rule": said},
-        ),
-        "stuck_patterns": (
-            br.rule_stops(sig, lambda s: br.rule_fired(s, StuckLimits()), schedule=schedule),
-            {
-                "knob": None,
-                "rule": "OpenHands stuck patterns (4 same pair, 3 action-error, 3 monologue, 6 A-B)",
-            },
-        ),
-    }
-    if budgets:
-        groups = {r.run_id: str(getattr(r, group_by)) for r in records}
-
-        def budget_at(g: str, scale: float) -> Stops:
-            b = budgets.get(g)
-            return {
-                rid: (
-                    br.latched_stop(br.budget_fired(s, b, scale=scale), schedule=schedule)
-                    if b
-                    else None
-                )
-                for rid, s in sig.items()
-                if groups[rid] == g
-            }
-
-        st, scales = matched_knob_stops(records, monitor_stops, budget_at, group_by=group_by)
-        out["budget_p95"] = (
-            st,
-            {"knob": "scale of the p95 caps", "matched_to_monitor_fpr": True, "value": scales},
-        )
-    return out, notes
 
 
 def _section(
@@ -136,6 +73,61 @@ def _section(
         "auroc_live": {s: live_auroc(subset, s) for s in live if s in subset[0].scores},
         "threshold": {g: used[g] for g in groups},
     }
+
+
+VIEWS = {
+    "calibrated_baselines": (
+        "as shipped: each scorer's thresholds picked on the calibration runs by the monitor's "
+        "procedure (same groups, margin, fallback, check schedule); the comparison to use"
+    ),
+    "baselines": (
+        "score baselines and the Budget tuned on the evaluated runs to the monitor's realized "
+        "FPR: a hindsight upper bound for each, not what it would save shipped"
+    ),
+    "auroc_live": "AUROC among runs still going at step k / t tokens: what modelling uses",
+    "auroc": "AUROC at a fraction of each run's own length (leaks the run's length)",
+}
+"""What each comparison in a report means (its `views`)."""
+
+
+def _calibrated_baselines(
+    records: Sequence[RunRecord],
+    thresholds: ThresholdTable,
+    cfg: EvalConfig,
+    monitor: tuple[Stops, dict[str, Any]],
+    rules: Mapping[str, tuple[Stops, dict[str, Any]]],
+    calibration: Sequence[RunRecord] | None,
+    candidates: dict[str, Any] | None,
+    notes: list[str],
+) -> tuple[dict[str, Stops], dict[str, dict[str, Any]]]:
+    """Every baseline calibrated as the monitor is (`calibrated_baselines`): recalibrated on
+    `calibration` (with LoopBrake's own line beside them), else the thresholds a bundle's
+    candidates.json ships; none without either. `monitor`: the LM probe's stops and thresholds
+    used; a note is added to `notes` when the bundle's thresholds are used."""
+    if not calibration:
+        if not candidates:
+            return {}, {}
+        from training.evaluate.shipped import from_bundle
+
+        notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
+        return from_bundle(records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor)
+    cal_stops, cal_info = as_shipped(
+        calibration, records, thresholds, target=cfg.target_fpr,
+        scorers=[cfg.scorer, *cfg.score_baselines],
+    )  # fmt: skip
+    cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
+    cal_info.pop(cfg.scorer, None)
+    if "loopbrake" in rules:
+        lines = rules["loopbrake"][1]["stop_line"]
+        groups = {str(getattr(r, thresholds.group_by)) for r in records}
+        cal_stops["loopbrake"] = rules["loopbrake"][0]
+        cal_info["loopbrake"] = {
+            "threshold": {g: {"stop_line": lines.get(g)} for g in groups},
+            "refused_groups": sorted(g for g in groups if lines.get(g) is None),
+            "calibration_runs": len(calibration),
+            "rule": "LoopBrake's own conformal step line at alpha = target (no margin)",
+        }
+    return cal_stops, cal_info
 
 
 def evaluate(
@@ -187,35 +179,9 @@ def evaluate(
             calibration, records, alpha=cfg.target_fpr, schedule=sched, group_by=key
         )
         rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
-    cal_stops: dict[str, Stops] = {}
-    cal_info: dict[str, dict[str, Any]] = {}
-    if not calibration and candidates:
-        from training.evaluate.shipped import from_bundle
-
-        cal_stops, cal_info = from_bundle(
-            records, candidates, thresholds, target=cfg.target_fpr, monitor=(mon, used)
-        )
-        notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
-    if calibration:
-        cal_stops, cal_info = as_shipped(
-            calibration, records, thresholds, target=cfg.target_fpr,
-            scorers=[cfg.scorer, *cfg.score_baselines],
-        )  # fmt: skip
-        cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
-        cal_info.pop(cfg.scorer, None)
-        if "loopbrake" in rules:
-            cal_stops["loopbrake"] = rules["loopbrake"][0]
-            groups = {str(getattr(r, thresholds.group_by)) for r in records}
-            cal_info["loopbrake"] = {
-                "threshold": {
-                    g: {"stop_line": rules["loopbrake"][1]["stop_line"].get(g)} for g in groups
-                },  # fmt: skip
-                "refused_groups": sorted(
-                    g for g in groups if rules["loopbrake"][1]["stop_line"].get(g) is None
-                ),
-                "calibration_runs": len(calibration),
-                "rule": "LoopBrake's own conformal step line at alpha = target (no margin)",
-            }
+    cal_stops, cal_info = _calibrated_baselines(
+        records, thresholds, cfg, (mon, used), rules, calibration, candidates, notes
+    )
     stops = {
         "monitor": mon,
         "oracle": oracle_stops(records, min_steps=sched.min_steps),
@@ -230,18 +196,7 @@ def evaluate(
         s: _section(rs, records, stops, info, used, cfg, key_by, cal_info)
         for s, rs in sorted(group_records(records, "source").items())
     }
-    out["views"] = {
-        "calibrated_baselines": (
-            "as shipped: each scorer's thresholds picked on the calibration runs by the monitor's "
-            "procedure (same groups, margin, fallback, check schedule); the comparison to use"
-        ),
-        "baselines": (
-            "score baselines and the Budget tuned on the evaluated runs to the monitor's realized "
-            "FPR: a hindsight upper bound for each, not what it would save shipped"
-        ),
-        "auroc_live": "AUROC among runs still going at step k / t tokens: what modelling uses",
-        "auroc": "AUROC at a fraction of each run's own length (leaks the run's length)",
-    }
+    out["views"] = dict(VIEWS)
     out["settings"] = {
         "confidence": cfg.confidence,
         "monitor_token_price": cfg.monitor_token_price,
