@@ -1,4 +1,5 @@
-"""Reading runs: format auto-detection, one run (`read_trajectory`), many (`read_runs`).
+"""Reading runs: format auto-detection, one run (`read_trajectory`), many (`read_runs`; the
+label join is monitor.label_join).
 
 Detection tries the readers of `monitor.formats.FORMATS` in order: a directory is offered to
 each with an empty head (only directory formats such as AutoCodeRover accept it); a file is
@@ -9,16 +10,17 @@ from __future__ import annotations
 
 import errno
 import os
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from monitor.errors import LabelError, TranscriptError
+from monitor.errors import TranscriptError
 from monitor.formats import FORMATS, aider
 from monitor.formats._layout import generic_name
-from monitor.labels import LabelFile, LabelIndex, is_label_name, load_label
+from monitor.label_join import LabelJoin, load_explicit, load_labels
+from monitor.labels import is_label_name
+from monitor.problems import Problem
 from monitor.textio import head_bytes, strip_gz
 from monitor.types import Trajectory
 
@@ -30,17 +32,6 @@ _SKIP_SUFFIXES = (
 _SKIP_NAMES = frozenset(
     {"preds.json", "all_preds.jsonl", "summary.json", "PROVENANCE", "LICENSE", "config.json"}
 )  # config.json: a harness's settings (a Harbor job's), never a run
-
-
-@dataclass
-class Problem:
-    """Something that could not be read or joined: the path and what is wrong."""
-
-    path: str
-    reason: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
 
 
 @dataclass
@@ -258,24 +249,6 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
     return found
 
 
-def load_labels(paths: Iterable[Path], problems: list[Problem]) -> list[LabelFile]:
-    """Load label files; each one that cannot be used becomes a Problem.
-
-    Notes about usable files (e.g. read leniently) are re-issued as warnings.
-    """
-    out = []
-    for p in paths:
-        try:
-            lf = load_label(p)
-        except LabelError as e:
-            problems.append(Problem(e.path, e.reason))
-            continue
-        for note in lf.warnings:
-            warnings.warn(note, stacklevel=2)
-        out.append(lf)
-    return out
-
-
 def read_runs(
     paths: Iterable[str | Path],
     *,
@@ -311,7 +284,7 @@ def read_runs(
     if scanned is not None:
         scanned.runs, scanned.labels, scanned.links = found.runs, found.labels, found.links
         scanned.problems = found.problems
-    join = _Joiner(load_labels(found.labels, problems) + load_explicit(labels, problems))
+    join = LabelJoin(load_labels(found.labels, problems) + load_explicit(labels, problems))
     seen: dict[str, str] = {}
     runs: Iterable[Path] = found.runs
     if progress:
@@ -346,71 +319,3 @@ def folder_source(path: Path) -> str:
         if p.name and not generic_name(p.name):
             return p.name
     return folder.name
-
-
-def load_explicit(paths: Iterable[str | Path], problems: list[Problem]) -> list[LabelFile]:
-    """Label files the user named (`--labels`); each one that cannot be used is a Problem."""
-    out = []
-    for p in map(Path, paths):
-        try:
-            out.append(load_label(p, explicit=True))
-        except LabelError as e:
-            problems.append(Problem(e.path, e.reason))
-    return out
-
-
-class _Joiner:
-    """Joins verdicts to runs and remembers what to report once every run was read."""
-
-    def __init__(self, labels: list[LabelFile]) -> None:
-        self.labels = labels
-        self.index = LabelIndex(labels)
-        self.matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
-        self.uncovered: dict[str, list[str]] = {}  # source folder -> runs no label file covers
-
-    def label(self, traj: Trajectory, path: Path, problems: list[Problem]) -> None:
-        """Set `traj.resolved` from the label files; note disagreements as Problems."""
-        # The run as walked (through links) and as it really lies: a label file beside either
-        # labels it (`ln -s /data/runs/* .` puts the runs beside the label file only as links).
-        walked = Path(os.path.abspath(traj.path or path))
-        run_paths = [walked, Path(os.path.realpath(walked))]
-        for named in self.index.naming(traj.instance_id):  # label files whose ids have a run
-            if any(named.covers(p) for p in run_paths):
-                self.matched[id(named)].add(traj.instance_id)
-        verdict, lf, other = self.index.pick(run_paths[0], traj.instance_id)
-        if lf is None and run_paths[1] != run_paths[0]:
-            verdict, lf, other = self.index.pick(run_paths[1], traj.instance_id)
-        traj.resolved = verdict
-        if lf is None and not any(f.covers(p) for f in self.labels for p in run_paths):
-            root = next((p for p in walked.parents if p.name == traj.source), walked.parent)
-            self.uncovered.setdefault(str(root), []).append(traj.id)
-        if lf is not None and other is not None:
-            problems.append(
-                Problem(
-                    str(path),
-                    f"labels disagree: {lf.path} says {verdict}, {other.path} says {other.verdicts[traj.instance_id]}; used {lf.path.name}",
-                )
-            )
-
-    def report(self, problems: list[Problem]) -> None:
-        """Problems for label ids with no run, and for runs no label file covers."""
-        for lf in self.labels:
-            missing = sorted(lf.named - self.matched[id(lf)])
-            if missing:
-                problems.append(
-                    Problem(
-                        str(lf.path),
-                        f"names {len(missing)} instance(s) with no run here: {_shown(missing)}",
-                    )
-                )
-        for root, ids in sorted(self.uncovered.items()):
-            problems.append(
-                Problem(
-                    root,
-                    f"{len(ids)} run(s) that no label file covers (no verdict): {_shown(sorted(ids))}",
-                )
-            )
-
-
-def _shown(ids: list[str]) -> str:
-    return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
