@@ -9,7 +9,10 @@ A window never holds more than `window_tokens` tokens. The header is cut (by tok
 window, the signals line to an eighth, and every step piece to what is left once the header and
 a signals line are in, so any single step always fits. When the next step does not fit, the
 window is re-rendered: header + a line of loop signals (monitor/signals.py) + the most recent
-steps that fit in `keep_recent_frac * window_tokens`, ending with the new step. Only the new
+steps that fit in `keep_recent_frac * window_tokens`, ending with the new step (with
+`pin_edit_chars` > 0, the latest edit is pinned after the signals line when it is older than the
+steps kept: FailFast's "latest patch in view", here only where the window restarts anyway, so
+the encoding stays append-only between re-renders). Only the new
 step has a boundary in the re-rendered window; the older steps there are context, already
 scored in an earlier window, so every prefix length k is scored exactly once.
 
@@ -29,8 +32,8 @@ from pydantic import Field
 
 from monitor.config import StrictModel
 from monitor.errors import ConfigError
-from monitor.render import render_header, render_step
-from monitor.signals import SignalTracker, signals_line
+from monitor.render import render_header, render_pinned_edit, render_step
+from monitor.signals import SignalTracker, is_edit, signals_line
 from monitor.types import Step, Trajectory
 
 Encode = Callable[[str], list[int]]
@@ -61,6 +64,9 @@ class FeaturiserConfig(StrictModel):
     """Characters of the model's thought rendered per step; 0 = thoughts are not rendered."""
     keep_recent_frac: float = Field(default=0.5, gt=0.0, le=1.0)
     """On a re-render, the most recent steps fill up to this share of the window."""
+    pin_edit_chars: int = Field(default=0, ge=0)
+    """On a re-render, the latest edit's action text (cut to this many characters) is pinned
+    after the signals line when it is older than the recent steps kept; 0 = off."""
 
 
 def chunk_encode(text: str) -> list[int]:
@@ -199,6 +205,7 @@ class RenderSession:
         self._length = 0  # tokens in the current window
         self._recent: deque[list[int]] = deque()  # pieces a re-render may keep, oldest first
         self._recent_total = 0
+        self._last_edit: tuple[int, Step] | None = None  # (k, step) of the latest edit
 
     def add(self, step: Step) -> tuple[list[int], bool]:
         """Add the next step.
@@ -223,6 +230,8 @@ class RenderSession:
             ids, restarted = self._rerender(piece), True
             self._length = len(ids)
         self._remember(piece)
+        if f.config.pin_edit_chars and is_edit(step):
+            self._last_edit = (self.k, step)
         return ids, restarted
 
     def _rerender(self, piece: list[int]) -> list[int]:
@@ -237,10 +246,23 @@ class RenderSession:
                 break
             kept.append(old)
             room -= len(old)
-        ids = self.header_ids + sig
+        free = self._window - len(self.header_ids) - len(sig) - len(piece) - sum(map(len, kept))
+        ids = self.header_ids + sig + self._pinned(len(kept), free)
         for old in reversed(kept):
             ids += old
         return ids + piece
+
+    def _pinned(self, n_kept: int, room: int) -> list[int]:
+        """The latest edit's pinned block when it is older than the `n_kept` recent steps kept
+        (and is not the new step), cut to `room` tokens; [] when off, none, or no room."""
+        f = self._f
+        if not self._last_edit or room < 4 * len(f._marker):
+            return []
+        k, step = self._last_edit
+        if k >= self.k - n_kept:  # the new step or one of the kept pieces: already in view
+            return []
+        text = render_pinned_edit(step, k, chars=f.config.pin_edit_chars)
+        return _cut(f.encode(text), room, f._marker)
 
     def _remember(self, piece: list[int]) -> None:
         self._recent.append(piece)

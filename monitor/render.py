@@ -19,6 +19,12 @@ observation starts with mini-swe-agent's `<returncode>N</returncode>` (the tag i
 dropped from the observation), else with `[error]` when the step's is_error is set.
 Every piece starts with a newline and ends with one, so pieces join into readable text.
 
+With `pin_edit_chars` > 0 a re-rendered window (monitor/featurise.py) also shows the run's
+latest edit when it is no longer among the recent steps kept, after the signals line::
+
+    ### latest edit (step {k}) {tool}:
+    {the edit's action text, newlines kept, cut to pin_edit_chars}
+
 Text is cleaned before it is cut: ANSI escapes and control characters are removed, CR LF
 becomes LF, runs of spaces/tabs become one space, three or more newlines become two, and lone
 surrogates (invalid UTF-8) become "?". Actions and thoughts are folded onto one line.
@@ -171,3 +177,10 @@ def render_step(
     if step.is_error or (code is not None and code != 0):
         parts.append("[error]\n" if code is None else f"[error exit={code}]\n")
     return "".join(parts)
+
+
+def render_pinned_edit(step: Step, k: int, *, chars: int) -> str:
+    """The pinned block of the run's latest edit, step `k` (see the module docstring)."""
+    tool = clean(step.tool, one_line=True)
+    title = f"### latest edit (step {k})" + (f" {tool}:" if tool else ":")
+    return f"\n{title}\n{clean_head(step.action, chars)}\n"

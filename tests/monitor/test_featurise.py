@@ -18,7 +18,7 @@ from monitor.featurise import (
     Window,
     chunk_encode,
 )
-from monitor.render import clean, clean_head_tail, cut_marker, exit_code
+from monitor.render import clean, clean_head_tail, cut_marker, exit_code, render_pinned_edit
 from monitor.signals import SignalTracker, signals_line
 from monitor.types import Step, Trajectory
 
@@ -186,6 +186,38 @@ def test_rerender_keeps_header_signals_and_recent_steps() -> None:
         assert len(kept) >= 1  # a 256-token window keeps older context with these step sizes
 
 
+def test_latest_edit_is_pinned_on_rerender_when_out_of_view() -> None:
+    edit = "str_replace_editor str_replace /repo/a.py\nold: x = 1\nnew: x = 2"
+    steps = [
+        Step(
+            index=i,
+            tool="str_replace_editor" if i == 2 else "bash",
+            action=edit if i == 2 else f"ls dir{i}",
+            observation="file " * 20,
+        )
+        for i in range(40)
+    ]
+    traj = Trajectory(id="r", instance_id="i", agent="a", task="fix it", steps=steps)
+    plain = Featuriser(FeaturiserConfig(window_tokens=256, keep_recent_frac=0.15))
+    f = Featuriser(FeaturiserConfig(window_tokens=256, keep_recent_frac=0.15, pin_edit_chars=200))
+    windows = f.windows(traj)
+    check_windows(f, traj, windows)
+    assert session_windows(f, traj) == windows
+    assert plain.windows(traj)[0] == windows[0]  # nothing pinned before the first re-render
+    pinned = chunk_encode(render_pinned_edit(steps[2], 3, chars=200))
+    assert "new: x = 2" in render_pinned_edit(steps[2], 3, chars=200)  # newlines kept
+    header = chunk_encode(f.header(traj.task, traj.agent))
+    for w in windows[1:]:
+        tracker = SignalTracker()
+        for s in steps[: w.steps[0]]:
+            tracker.update(s)
+        start = len(header) + len(chunk_encode(signals_line(tracker.values()) + "\n"))
+        assert w.restarted
+        assert w.ids[start : start + len(pinned)] == pinned
+    # the pinned block takes room, so the run needs more windows than without it
+    assert len(windows) > len(plain.windows(traj))
+
+
 def test_single_huge_step_is_cut_by_tokens() -> None:
     cfg = FeaturiserConfig(window_tokens=64, obs_head_chars=5000, obs_tail_chars=5000)
     f = Featuriser(cfg, encode=byte_encode)
@@ -240,6 +272,7 @@ _config = st.builds(
     obs_tail_chars=st.integers(0, 400),
     thought_chars=st.integers(0, 100),
     keep_recent_frac=st.floats(0.05, 1.0),
+    pin_edit_chars=st.sampled_from([0, 0, 40, 400]),
 )
 _encode = st.sampled_from([chunk_encode, byte_encode, word_encode])
 # hypothesis favours short lists; long runs are where windows restart

@@ -364,3 +364,18 @@ def test_out_of_fold_scores_never_use_the_runs_instance(model, featuriser, runs)
     assert all(len(o) == len(r.steps) for o, r in zip(oof, runs, strict=True))
     with pytest.raises(ValueError, match="instances for"):
         instance_folds(runs[:2], 3)
+
+
+def test_config_hash_ignores_fields_added_later_at_their_default() -> None:
+    """Features cached before `pin_edit_chars` existed keep their key while it is off."""
+    import hashlib
+    import json
+
+    from monitor.featurise import FeaturiserConfig
+    from training.model.cache import config_hash
+
+    cfg = FeaturiserConfig(window_tokens=512)
+    before = {k: v for k, v in cfg.model_dump().items() if k != "pin_edit_chars"}
+    old = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
+    assert config_hash(cfg) == old
+    assert config_hash(cfg.model_copy(update={"pin_edit_chars": 400})) != old

@@ -58,9 +58,15 @@ def run_hash(traj: Trajectory) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+# Fields added to a hashed config after caches were written: left out of the hash while at
+# this value (their default), so the features cached before they existed stay valid.
+_ADDED_LATER = {"pin_edit_chars": 0}
+
+
 def config_hash(config: Any) -> str:
     """A short hash of a pydantic config (or a plain dict)."""
     data = config.model_dump() if hasattr(config, "model_dump") else dict(config)
+    data = {k: v for k, v in data.items() if not (k in _ADDED_LATER and v == _ADDED_LATER[k])}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
