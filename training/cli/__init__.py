@@ -13,6 +13,7 @@ import sys
 
 from training.cli import (
     calibrate,
+    corpus,
     experiments,
     live,
     monitor,
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     monitor.register(sub)
+    corpus.register(sub)
     training.register(sub)
     calibrate.register(sub)
     experiments.register(sub)
