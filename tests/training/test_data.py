@@ -16,7 +16,7 @@ from training.data.examples import (  # noqa: E402
     prefix_examples,
     run_weights,
 )
-from training.data.runs import labelled_runs, stratified_subsample  # noqa: E402
+from training.data.runs import balanced_subset, labelled_runs, stratified_subsample  # noqa: E402
 from training.data.splits import load_splits, make_splits, save_splits  # noqa: E402
 from training.model.cache import run_hash  # noqa: E402
 
@@ -67,6 +67,23 @@ def test_examples_weights_and_unknown_labels(runs):
     sub = stratified_subsample(lab.runs, 20, seed=0)
     assert len(sub) <= 22
     assert {r.agent for r in sub} == {"alpha", "beta"}
+
+
+def test_balanced_subset_caps_each_agent_and_label(runs):
+    cells: dict = {}
+    for r in runs:
+        cells[(r.agent, bool(r.resolved))] = cells.get((r.agent, bool(r.resolved)), 0) + 1
+    n = min(cells.values()) - 1
+    sub = balanced_subset(runs, n, seed=0)
+    got: dict = {}
+    for r in sub:
+        got[(r.agent, bool(r.resolved))] = got.get((r.agent, bool(r.resolved)), 0) + 1
+    assert got == dict.fromkeys(cells, n)
+    assert len({r.id for r in sub}) == len(sub)
+    # seeded and independent of the input order; another seed draws other runs
+    assert [r.id for r in balanced_subset(runs[::-1], n, seed=0)] == [r.id for r in sub]
+    assert balanced_subset(runs, n, seed=1) != sub
+    assert len(balanced_subset(runs, 10**6, seed=0)) == len(runs)
 
 
 def test_load_runs_from_an_ingest_folder_keeps_cache_keys(runs, tmp_path):

@@ -202,6 +202,14 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--folds", type=int, default=5, help="folds of the instance and repo views")
     p.add_argument(
+        "--per-label",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cross-fit at most N resolved and N unresolved runs per agent (seeded by "
+        "data.split_seed): a quicker paired comparison of settings; 0 = every run",
+    )
+    p.add_argument(
         "--rereport",
         action="store_true",
         help="only write OUT/<view>/report.* again from the records and stops saved there",
@@ -241,7 +249,10 @@ def _register_crossfit(sub: argparse._SubParsersAction) -> None:
         if args.rereport:
             rereport(cfg, args.out, views=args.views, folds=args.folds)
         else:
-            main(cfg, args.data, args.out, views=args.views, folds=args.folds)
+            main(
+                cfg, args.data, args.out, views=args.views, folds=args.folds,
+                per_label=args.per_label,
+            )  # fmt: skip
         for view in args.views:
             print((Path(args.out) / view / "report.md").read_text())
         return 0

@@ -76,6 +76,24 @@ def stratified_subsample(
     return [runs[i] for i in sorted(keep)]
 
 
+def balanced_subset(runs: Sequence[Trajectory], per_label: int, *, seed: int) -> list[Trajectory]:
+    """At most `per_label` resolved and `per_label` unresolved runs of each agent (seeded): a
+    quicker paired comparison of featuriser or backbone settings (`failfast crossfit
+    --per-label`) in which every agent weighs alike and has resolved runs to calibrate on."""
+    import random
+
+    cells: dict[tuple[str, bool], list[Trajectory]] = {}
+    for r in sorted(runs, key=lambda r: r.id):
+        cells.setdefault((r.agent, bool(r.resolved)), []).append(r)
+    rng = random.Random(seed)
+    keep: list[Trajectory] = []
+    for key in sorted(cells):
+        cell = cells[key][:]
+        rng.shuffle(cell)
+        keep += cell[:per_label]
+    return keep
+
+
 def load_runs(
     paths: Sequence[str | Path], *, labels: Sequence[str | Path] = ()
 ) -> list[Trajectory]:

@@ -30,7 +30,7 @@ from training.config import PipelineConfig, ThresholdConfig
 from training.data.examples import probe_examples
 from training.data.folds import view_pairs
 from training.data.records import RunRecord, save_records
-from training.data.runs import labelled_runs, load_runs
+from training.data.runs import balanced_subset, labelled_runs, load_runs
 from training.evaluate.auroc import auroc_report
 from training.evaluate.stops import Stops, score_stops
 from training.pipeline import stages
@@ -168,9 +168,15 @@ def main(
     *,
     views: Sequence[str] = ("instance",),
     folds: int = 5,
+    per_label: int = 0,
 ) -> dict[str, Any]:
-    """Read the runs under `data`, then `run_crossfit`."""
-    return run_crossfit(cfg, load_runs(data), out, views=views, folds=folds)
+    """Read the runs under `data`, then `run_crossfit` (on `balanced_subset` of the labelled
+    runs when `per_label` > 0)."""
+    runs = labelled_runs(load_runs(data)).runs
+    if per_label > 0:
+        runs = balanced_subset(runs, per_label, seed=cfg.data.split_seed)
+        log.info("balanced subset: %d runs (at most %d per agent and label)", len(runs), per_label)
+    return run_crossfit(cfg, runs, out, views=views, folds=folds)
 
 
 def run_crossfit(
