@@ -33,7 +33,7 @@ from pydantic import Field
 from monitor.config import StrictModel
 from monitor.errors import ConfigError
 from monitor.render import render_header, render_pinned_edit, render_step
-from monitor.signals import SignalTracker, is_edit, signals_line
+from monitor.signals import SignalTracker, signals_line
 from monitor.types import Step, Trajectory
 
 Encode = Callable[[str], list[int]]
@@ -230,7 +230,7 @@ class RenderSession:
             ids, restarted = self._rerender(piece), True
             self._length = len(ids)
         self._remember(piece)
-        if f.config.pin_edit_chars and is_edit(step):
+        if f.config.pin_edit_chars and self._tracker.last_edit:  # updated with this step above
             self._last_edit = (self.k, step)
         return ids, restarted
 

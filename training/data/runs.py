@@ -6,6 +6,7 @@ never turned into failures.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,8 +81,6 @@ def balanced_subset(runs: Sequence[Trajectory], per_label: int, *, seed: int) ->
     """At most `per_label` resolved and `per_label` unresolved runs of each agent (seeded): a
     quicker paired comparison of featuriser or backbone settings (`failfast crossfit
     --per-label`) in which every agent weighs alike and has resolved runs to calibrate on."""
-    import random
-
     cells: dict[tuple[str, bool], list[Trajectory]] = {}
     for r in sorted(runs, key=lambda r: r.id):
         cells.setdefault((r.agent, bool(r.resolved)), []).append(r)

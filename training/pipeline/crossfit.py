@@ -172,9 +172,9 @@ def main(
 ) -> dict[str, Any]:
     """Read the runs under `data`, then `run_crossfit` (on `balanced_subset` of the labelled
     runs when `per_label` > 0)."""
-    runs = labelled_runs(load_runs(data)).runs
+    runs = load_runs(data)
     if per_label > 0:
-        runs = balanced_subset(runs, per_label, seed=cfg.data.split_seed)
+        runs = balanced_subset(labelled_runs(runs).runs, per_label, seed=cfg.data.split_seed)
         log.info("balanced subset: %d runs (at most %d per agent and label)", len(runs), per_label)
     return run_crossfit(cfg, runs, out, views=views, folds=folds)
 
