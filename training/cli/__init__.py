@@ -14,6 +14,7 @@ import sys
 from training.cli import (
     calibrate,
     corpus,
+    crossfit,
     experiments,
     live,
     monitor,
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.register(sub)
     corpus.register(sub)
     training.register(sub)
+    crossfit.register(sub)
     calibrate.register(sub)
     experiments.register(sub)
     serving.register(sub)
