@@ -5,7 +5,8 @@ them from the fitted pipelines) and scores every prefix of a run the way the fit
 does (tests compare the two).
 
 - `SignalsLR`: arcsinh -> standardise -> logistic regression on the loop-signal rows.
-- `TfidfLR`: term counts of the rendered prefix (the featuriser's header and step pieces),
+- `TfidfLR`: term counts of the rendered prefix (its own `PieceText` cuts of the same renderer,
+  or, for bundles written before it had them, the featuriser's header and step pieces),
   sublinear TF-IDF, L2 norm, logistic regression.
 - `Stack`: logistic regression over the base scores' logits and the run's length so far against
   its group's resolved runs (training.model.stack fits it).
@@ -14,6 +15,7 @@ does (tests compare the two).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from monitor.render import render_header, render_step
+from monitor.types import Step
 from serving.numeric import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
 
 STEP_LIMIT = "step_limit"
@@ -76,6 +80,47 @@ class SignalsLR:
         )
 
 
+@dataclass(frozen=True)
+class PieceText:
+    """The text the TF-IDF candidate counts: monitor.render's header and step pieces with cuts of
+    their own, longer than the LM window's (training.config.TfidfTextConfig has the defaults and
+    the measurements behind them). A bag of words costs nothing per extra character the way a
+    token through the backbone does; the agent's own reasoning (1,000 characters of each thought)
+    is where most of its gain over the window's cuts came from (docs/RESULTS.md)."""
+
+    task_chars: int = 2000
+    action_chars: int = 300
+    obs_head_chars: int = 300
+    obs_tail_chars: int = 300
+    thought_chars: int = 1000
+
+    def header(self, task: str, agent: str = "") -> str:
+        """The header piece: agent line and the task cut to `task_chars`."""
+        return render_header(task, agent, task_chars=self.task_chars)
+
+    def step(self, step: Step, k: int) -> str:
+        """The piece of step number `k` (1-based); it starts and ends with a newline."""
+        return render_step(
+            step,
+            k,
+            action_chars=self.action_chars,
+            obs_head_chars=self.obs_head_chars,
+            obs_tail_chars=self.obs_tail_chars,
+            thought_chars=self.thought_chars,
+        )
+
+    def to_json(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PieceText:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"tfidf_lr text: unknown fields {sorted(unknown)}")
+        return cls(**{k: int(v) for k, v in d.items()})
+
+
 @dataclass
 class TfidfLR:
     """P(unresolved) from the rendered prefix text (see the module docstring).
@@ -83,6 +128,8 @@ class TfidfLR:
     Attributes:
         vocabulary: term -> column; idf: (V,); coef: (V,); token_pattern: the term regex
             (text lowercased first, as scikit-learn's CountVectorizer does by default).
+        text: the pieces it counts (None: the featuriser's window pieces, as bundles written
+            before PieceText count them).
     """
 
     vocabulary: dict[str, int]
@@ -90,6 +137,7 @@ class TfidfLR:
     coef: np.ndarray
     intercept: float
     token_pattern: str = r"(?u)\b\w\w+\b"
+    text: PieceText | None = None
 
     def __post_init__(self) -> None:
         self._re = re.compile(self.token_pattern)
@@ -137,6 +185,7 @@ class TfidfLR:
             "coef": self.coef.tolist(),
             "intercept": self.intercept,
             "token_pattern": self.token_pattern,
+            **({"text": self.text.to_json()} if self.text is not None else {}),
         }
 
     @classmethod
@@ -147,6 +196,7 @@ class TfidfLR:
             np.asarray(d["coef"], dtype=np.float64),
             float(d["intercept"]),
             str(d.get("token_pattern", r"(?u)\b\w\w+\b")),
+            PieceText.from_json(d["text"]) if d.get("text") is not None else None,
         )
 
 

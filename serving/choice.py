@@ -32,7 +32,15 @@ import numpy as np
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable, target_key
 from monitor.types import Step, Trajectory
-from serving.candidates import STEP_LIMIT, TOKEN_LIMIT, SignalsLR, Stack, TfidfLR, length_scores
+from serving.candidates import (
+    STEP_LIMIT,
+    TOKEN_LIMIT,
+    PieceText,
+    SignalsLR,
+    Stack,
+    TfidfLR,
+    length_scores,
+)
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +141,13 @@ class Choice:
             return True
         return name == "stack" and self.stack is not None and MONITOR in self.stack.bases
 
+    @property
+    def tfidf_text(self) -> PieceText | None:
+        """The pieces the TF-IDF candidate counts (None: the featuriser's; see `step_piece`)."""
+        return self.tfidf.text if self.tfidf is not None else None
+
     def start(self, name: str, header: str, group: str) -> CandidateRun:
-        """A live run scored by candidate `name` (`header`: the featuriser's rendered header)."""
+        """A live run scored by candidate `name` (`header`: `header_piece` of the run)."""
         return CandidateRun(self, name, header, group)
 
     def score_run(
@@ -221,13 +234,20 @@ class CandidateRun:
         raise ValueError(f"candidate {self.name!r} cannot be scored")
 
 
-def step_piece(featuriser: Any, step: Step, k: int) -> str:
-    """The rendered text of step k the TF-IDF candidate counts (the training side's run_pieces)."""
-    return str(featuriser.render_step(step, k))
+def header_piece(featuriser: Any, task: str, agent: str, text: PieceText | None = None) -> str:
+    """The header text the TF-IDF candidate counts: `text`'s (its own cuts), or the featuriser's
+    window header when None (bundles written before PieceText)."""
+    return text.header(task, agent) if text is not None else str(featuriser.header(task, agent))
 
 
-def run_pieces(featuriser: Any, traj: Trajectory) -> list[str]:
-    """The header followed by one rendered piece per step."""
-    return [featuriser.header(traj.task, traj.agent)] + [
-        step_piece(featuriser, s, k + 1) for k, s in enumerate(traj.steps)
+def step_piece(featuriser: Any, step: Step, k: int, text: PieceText | None = None) -> str:
+    """The rendered text of step k the TF-IDF candidate counts (the training side's run_pieces):
+    `text`'s piece, or the featuriser's window piece when None."""
+    return text.step(step, k) if text is not None else str(featuriser.render_step(step, k))
+
+
+def run_pieces(featuriser: Any, traj: Trajectory, text: PieceText | None = None) -> list[str]:
+    """The header followed by one rendered piece per step (see `step_piece`)."""
+    return [header_piece(featuriser, traj.task, traj.agent, text)] + [
+        step_piece(featuriser, s, k + 1, text) for k, s in enumerate(traj.steps)
     ]

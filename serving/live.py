@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.signals import SignalTracker
 from monitor.types import Step
-from serving.choice import step_piece
+from serving.choice import header_piece, step_piece
 from serving.numeric import sigmoid
 
 
@@ -47,7 +47,7 @@ class KVScoreSession:
         self._candidate = None
         self._lm = True  # whether the LM probe runs (the candidate needs its score)
         if th.scorer != "monitor":
-            header = scorer.featuriser.header(task, agent or "")
+            header = header_piece(scorer.featuriser, task, agent or "", scorer.choice.tfidf_text)
             group = scorer.bundle.group_of(agent, source)
             self._candidate = scorer.choice.start(th.scorer, header, group)
             self._lm = scorer.choice.needs_monitor(th.scorer)
@@ -66,7 +66,9 @@ class KVScoreSession:
             if self._candidate is None:
                 assert monitor is not None
                 return monitor
-            piece = step_piece(self._scorer.featuriser, step, self.k)
+            piece = step_piece(
+                self._scorer.featuriser, step, self.k, self._scorer.choice.tfidf_text
+            )
             return self._candidate.observe(piece, signals, step.tokens, monitor)
 
     def _monitor_score(self, step: Step, signals: np.ndarray) -> float:

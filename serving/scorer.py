@@ -211,7 +211,7 @@ class Scorer:
             mon = self.score_run(traj, cancelled=cancelled)
         scores = self.choice.score_run(
             served.scorer,
-            run_pieces(self.featuriser, traj),
+            run_pieces(self.featuriser, traj, self.choice.tfidf_text),
             signal_matrix(traj),
             [s.tokens for s in traj.steps],
             self.bundle.group_of(traj.agent, traj.source),

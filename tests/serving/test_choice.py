@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from monitor.signals import signal_matrix
+from serving.candidates import PieceText
+from serving.choice import run_pieces
 from serving.manifest import MANIFEST, read_manifest, write_manifest
 from serving.runs import score_transcript
 from serving.scorer import Scorer
@@ -39,9 +41,11 @@ def _runs(n: int = 14) -> list:
     return [make_run(6 + i % 5, seed=i) for i in range(n)]
 
 
-def _candidates(scorer: Scorer, chosen: str, threshold: float = 0.3) -> dict:
+def _candidates(
+    scorer: Scorer, chosen: str, threshold: float = 0.3, text: PieceText | None = None
+) -> dict:
     """A candidates.json with real fitted baselines and stack, choosing `chosen` for
-    mini-swe-agent (the other groups keep the LM probe)."""
+    mini-swe-agent (the other groups keep the LM probe); `text`: the TF-IDF's own pieces."""
     runs = _runs()
     y = np.array([i % 2 for i in range(len(runs))])
     feat = scorer.featuriser
@@ -51,7 +55,7 @@ def _candidates(scorer: Scorer, chosen: str, threshold: float = 0.3) -> dict:
         np.ones(sum(len(r.steps) for r in runs)),
     )
     steps = [np.arange(1, len(r.steps) + 1) for r in runs]
-    tf = fit_tfidf_lr(feat, runs, steps, list(y), [np.ones(len(s)) for s in steps])
+    tf = fit_tfidf_lr(feat, runs, steps, list(y), [np.ones(len(s)) for s in steps], text=text)
     params = baseline_params({"signals_lr": sig, "tfidf_lr": tf})
     rng = np.random.default_rng(0)
     recs = [
@@ -152,6 +156,38 @@ def test_candidate_scores_match_the_fitted_pipelines(base: Path, tmp_path: Path)
     scores2, th = Scorer.load(bundle2, threads=1).score_served(run)
     assert th.scorer == "signals_lr"  # no per-target entry: the one choice
     np.testing.assert_allclose(scores2, signals_run_scores(sig, signal_matrix(run)), atol=1e-9)
+
+
+@pytest.mark.parametrize("chosen", ["tfidf_lr", "stack"])
+def test_tfidf_with_its_own_text_serves_live_as_the_pipeline_scores(
+    chosen: str, base: Path, tmp_path: Path
+) -> None:
+    """The TF-IDF fitted on its own PieceText (not the featuriser's window pieces) carries the
+    text into candidates.json; live, replay and the fitted pipeline count the same pieces."""
+    from training.baselines.learned import tfidf_run_scores
+
+    text = PieceText(task_chars=40, action_chars=15, obs_head_chars=10, obs_tail_chars=5)
+    scorer0 = Scorer.load(base, threads=1)
+    run = make_run(9, seed=3)
+    assert run_pieces(scorer0.featuriser, run, text) != run_pieces(scorer0.featuriser, run)
+    cands = _candidates(scorer0, chosen, text=text)
+    assert cands["params"]["tfidf_lr"]["text"]["action_chars"] == 15
+    scorer = Scorer.load(_bundle(tmp_path, base, cands), threads=1)
+    assert scorer.choice is not None
+    assert scorer.choice.tfidf_text == text
+    live = scorer.start(run.task, run.agent)
+    got = [live.observe(s) for s in run.steps]
+    replay, used = scorer.score_served(run)
+    assert used.scorer == chosen
+    np.testing.assert_allclose(got, replay, rtol=1e-9, atol=1e-12)
+    if chosen == "tfidf_lr":
+        runs = _runs()
+        steps = [np.arange(1, len(r.steps) + 1) for r in runs]
+        w = [np.ones(len(s)) for s in steps]
+        y = [i % 2 for i in range(len(runs))]
+        tf = fit_tfidf_lr(scorer0.featuriser, runs, steps, y, w, text=text)
+        assert tf.piece_text == text
+        np.testing.assert_allclose(replay, tfidf_run_scores(tf, scorer0.featuriser, run), atol=1e-9)
 
 
 def test_the_lm_probe_serves_when_the_choice_cannot(base: Path, tmp_path: Path) -> None:

@@ -64,3 +64,40 @@ def test_numpy_baselines_score_as_the_fitted_pipelines(featuriser, runs):
         np.testing.assert_allclose(
             s.scores(signal_matrix(r)), bl.signals_run_scores(sig, signal_matrix(r)), atol=1e-12
         )
+
+
+def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, runs):
+    """Fitted on its own PieceText, the pipeline scores (and exports) the same pieces; the
+    default config fits on PieceText, `tfidf_text: null` on the featuriser's pieces."""
+    import json
+
+    from serving.candidates import PieceText, TfidfLR
+    from training.config import TrainConfig
+    from training.export.candidates import baseline_params
+
+    text = PieceText(task_chars=12, action_chars=8, obs_head_chars=4, obs_tail_chars=3)
+    ex = prefix_examples(runs, schedule=EVERY_STEP)
+    steps = [ex.step[ex.run == i] for i in range(len(runs))]
+    w = [ex.weight[ex.run == i] for i in range(len(runs))]
+    y = [0 if r.resolved else 1 for r in runs]
+    tf = bl.fit_tfidf_lr(featuriser, runs, steps, y, w, text=text)
+    r = runs[1]
+    pieces = bl.run_pieces(featuriser, r, text)
+    assert pieces != bl.run_pieces(featuriser, r)
+    texts = ["".join(pieces[: k + 1]) for k in range(1, len(r.steps) + 1)]
+    np.testing.assert_allclose(
+        bl.tfidf_run_scores(tf, featuriser, r), tf.predict_proba(texts)[:, 1], atol=1e-12
+    )
+    params = json.loads(json.dumps(baseline_params({"tfidf_lr": tf})))
+    served = TfidfLR.from_json(params["tfidf_lr"])
+    assert served.text == text
+    np.testing.assert_allclose(
+        served.scores(pieces), bl.tfidf_run_scores(tf, featuriser, r), rtol=1e-9, atol=1e-12
+    )
+    assert bl.piece_text(TrainConfig()) == PieceText()
+    assert bl.piece_text(TrainConfig(tfidf_text=None)) is None
+    old = dict(params["tfidf_lr"])
+    del old["text"]
+    assert TfidfLR.from_json(old).text is None  # a bundle written before PieceText
+    with pytest.raises(ValueError, match="unknown fields"):
+        PieceText.from_json({"task_chars": 1, "obs_chars": 2})

@@ -2,8 +2,10 @@
 
 - `signals_lr`: logistic regression on the loop signals (monitor.signals.signal_matrix rows),
   after arcsinh (a signed log, so large counts do not dominate) and standardisation.
-- `tfidf_lr`: TF-IDF + logistic regression on the rendered prefix text (the featuriser's header
-  and step pieces, without the window limit).
+- `tfidf_lr`: TF-IDF + logistic regression on the rendered prefix text: the renderer's header and
+  step pieces with the baseline's own cuts (`train.tfidf_text`, serving.candidates.PieceText;
+  null: the featuriser's pieces), without the window limit. The fitted pipeline carries its
+  PieceText as `piece_text`, so scoring and export count the same text.
 
 Both pipelines take their natural input (`predict_proba(signal rows)`, `predict_proba([text])`).
 To score every prefix of a run cheaply, `tfidf_run_scores` adds up per-piece term counts instead
@@ -29,6 +31,7 @@ from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
 from monitor.signals import signal_matrix
 from monitor.types import Trajectory
+from serving.candidates import PieceText
 from serving.choice import run_pieces  # the pieces served TF-IDF counts (one definition)
 from training.config import TrainConfig
 from training.data.examples import PrefixSet, prefix_examples, run_weights
@@ -73,6 +76,7 @@ def fit_tfidf_lr(
     *,
     max_features: int = 20000,
     C: float = 1.0,
+    text: PieceText | None = None,
 ) -> Pipeline:
     """Fit the TF-IDF baseline.
 
@@ -84,11 +88,12 @@ def fit_tfidf_lr(
         w: per run, the weight of each of its examples.
         max_features: vocabulary size (terms by corpus frequency, fitted on whole runs).
         C: inverse L2 strength.
+        text: the pieces counted (None: the featuriser's); kept on the pipeline as `piece_text`.
     """
     vec = CountVectorizer(
         max_features=max_features, token_pattern=r"(?u)\b\w\w+\b", dtype=np.float64
     )
-    pieces = [run_pieces(featuriser, r) for r in runs]
+    pieces = [run_pieces(featuriser, r, text) for r in runs]
     vec.fit(["".join(p) for p in pieces])
     rows, labels, weights = [], [], []
     for p, ks, label, wk in zip(pieces, steps, y, w, strict=True):
@@ -102,13 +107,21 @@ def fit_tfidf_lr(
     lr = LogisticRegression(C=C, max_iter=1000)
     ww = np.concatenate(weights)
     lr.fit(tfidf.transform(x), np.concatenate(labels), sample_weight=ww * len(ww) / ww.sum())
-    return Pipeline([("counts", vec), ("tfidf", tfidf), ("lr", lr)])
+    pipe = Pipeline([("counts", vec), ("tfidf", tfidf), ("lr", lr)])
+    pipe.piece_text = text  # read by tfidf_run_scores and training.export.candidates
+    return pipe
+
+
+def piece_text(tc: TrainConfig) -> PieceText | None:
+    """The PieceText of `train.tfidf_text` (None when it is null)."""
+    return PieceText(**tc.tfidf_text.model_dump()) if tc.tfidf_text is not None else None
 
 
 def tfidf_run_scores(pipe: Pipeline, featuriser: Featuriser, traj: Trajectory) -> np.ndarray:
     """P(unresolved | prefix k) for k = 1..n, equal to pipe.predict_proba on each prefix text."""
     vec, tfidf, lr = (pipe.named_steps[n] for n in ("counts", "tfidf", "lr"))
-    x = tfidf.transform(_prefix_counts(vec, run_pieces(featuriser, traj)))
+    pieces = run_pieces(featuriser, traj, getattr(pipe, "piece_text", None))
+    x = tfidf.transform(_prefix_counts(vec, pieces))
     return lr.predict_proba(x)[:, 1]
 
 
@@ -144,6 +157,7 @@ def fit_baselines(
         [tf.weight[tf.run == i] for i in range(len(runs))],
         max_features=tc.tfidf_max_features,
         C=tc.tfidf_C,
+        text=piece_text(tc),
     )
     return pipes
 

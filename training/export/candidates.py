@@ -32,6 +32,7 @@ def tfidf_params(pipe: Any) -> TfidfLR:
         np.asarray(lr.coef_[0], dtype=np.float64),
         float(lr.intercept_[0]),
         vec.token_pattern,
+        getattr(pipe, "piece_text", None),  # set by fit_tfidf_lr; None on older pipelines
     )
 
 
