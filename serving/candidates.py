@@ -82,11 +82,12 @@ class SignalsLR:
 
 @dataclass(frozen=True)
 class PieceText:
-    """The text the TF-IDF candidate counts: monitor.render's header and step pieces with cuts of
-    their own, longer than the LM window's (training.config.TfidfTextConfig has the defaults and
-    the measurements behind them). A bag of words costs nothing per extra character the way a
-    token through the backbone does; the agent's own reasoning (1,000 characters of each thought)
-    is where most of its gain over the window's cuts came from (docs/RESULTS.md)."""
+    """The text a TF-IDF candidate trained with `train.tfidf_text` counts: monitor.render's header
+    and step pieces with cuts of their own, longer than the LM window's
+    (training.config.TfidfTextConfig has the defaults and the measurements behind them). A bag
+    of words costs nothing per extra character the way a token through the backbone does; the
+    agent's own reasoning (1,000 characters of each thought) is where most of its gain over the
+    window's cuts came from (docs/RESULTS.md)."""
 
     task_chars: int = 2000
     action_chars: int = 300

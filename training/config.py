@@ -65,11 +65,11 @@ class ModelConfig(StrictModel):
 
 
 class TfidfTextConfig(StrictModel):
-    """The text the TF-IDF baseline counts (serving.candidates.PieceText): monitor.render's pieces
-    with cuts of their own. Cross-fitted on all 4,078 runs of ../shared/data (docs/RESULTS.md,
-    "Issue 26, fifth round"), these longer cuts, the agent's thoughts above all, beat the LM
-    window's (300 task characters, 100 of each action, 60 + 60 of each observation, no thoughts)
-    for the TF-IDF LR and the stack over it."""
+    """The text the TF-IDF baseline counts when `train.tfidf_text` is set
+    (serving.candidates.PieceText): monitor.render's pieces with cuts of their own. Cross-fitted
+    on all 4,078 runs of ../shared/data (docs/RESULTS.md, "Issue 26, fifth round"), these longer
+    cuts, the agent's thoughts above all, beat the LM window's (300 task characters, 100 of each
+    action, 60 + 60 of each observation, no thoughts) for the TF-IDF LR and the stack over it."""
 
     task_chars: int = Field(2000, ge=0)
     action_chars: int = Field(300, ge=0)
@@ -123,9 +123,11 @@ class TrainConfig(StrictModel):
     """TF-IDF vocabulary size."""
     tfidf_max_prefixes_per_run: int = Field(8, ge=1)
     """Training prefixes per run for the TF-IDF baseline (bounds its memory)."""
-    tfidf_text: TfidfTextConfig | None = Field(default_factory=TfidfTextConfig)
-    """The TF-IDF baseline's text; null: the featuriser's window pieces (the text before the
-    fifth round of issue 26)."""
+    tfidf_text: TfidfTextConfig | None = None
+    """The TF-IDF baseline's own text (e.g. `{}` for TfidfTextConfig's defaults); null: the
+    featuriser's window pieces. Off by default: cross-fitted, the longer text made TF-IDF and the
+    stack save more, but the per-group choice over them broke the FPR bar (docs/RESULTS.md,
+    "Issue 26, fifth round")."""
     epochs: float = Field(1.0, gt=0)
     """lora/full: passes over the training windows."""
     max_steps: int = -1

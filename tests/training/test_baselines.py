@@ -67,12 +67,12 @@ def test_numpy_baselines_score_as_the_fitted_pipelines(featuriser, runs):
 
 
 def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, runs):
-    """Fitted on its own PieceText, the pipeline scores (and exports) the same pieces; the
-    default config fits on PieceText, `tfidf_text: null` on the featuriser's pieces."""
+    """Fitted on its own PieceText, the pipeline scores (and exports) the same pieces;
+    `train.tfidf_text` set fits on PieceText, null (the default) on the featuriser's pieces."""
     import json
 
     from serving.candidates import PieceText, TfidfLR
-    from training.config import TrainConfig
+    from training.config import TfidfTextConfig, TrainConfig
     from training.export.candidates import baseline_params
 
     text = PieceText(task_chars=12, action_chars=8, obs_head_chars=4, obs_tail_chars=3)
@@ -94,8 +94,8 @@ def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, ru
     np.testing.assert_allclose(
         served.scores(pieces), bl.tfidf_run_scores(tf, featuriser, r), rtol=1e-9, atol=1e-12
     )
-    assert bl.piece_text(TrainConfig()) == PieceText()
-    assert bl.piece_text(TrainConfig(tfidf_text=None)) is None
+    assert bl.piece_text(TrainConfig(tfidf_text=TfidfTextConfig())) == PieceText()
+    assert bl.piece_text(TrainConfig()) is None
     old = dict(params["tfidf_lr"])
     del old["text"]
     assert TfidfLR.from_json(old).text is None  # a bundle written before PieceText

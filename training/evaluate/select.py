@@ -36,6 +36,9 @@ STACK = "stack"
 SIMPLE_FIRST = (STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor", STACK)
 """Candidates from the simplest: a tie goes to the earlier one."""
 STACK_BASES = ("monitor", "signals_lr", "tfidf_lr")
+FPR_GUARD = 1.5
+"""A candidate whose held-out FPR on a group's calibration runs passes this times a target is not
+chosen for that group and target."""
 
 
 def record_folds(records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray:
@@ -125,7 +128,7 @@ def select_per_group(
 
         def ok(c: str, key_t: str, t: float, g: str = g) -> bool:
             fpr = inner[g][c][key_t]["fpr"]
-            return not (fpr == fpr and fpr > 1.5 * t)
+            return not (fpr == fpr and fpr > FPR_GUARD * t)
 
         keys = [(f"{t:g}", t) for t in targets]
         mean_saved = {
