@@ -1,0 +1,92 @@
+"""`failfast calibrate`'s input: the calibration records of --data (labelled runs scored now by
+the bundle, or decision logs with their verdicts, as logged), with what was read, for the
+calibration record the bundle keeps."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from monitor.escape import visible
+
+if TYPE_CHECKING:
+    from serving.scorer import Scorer
+
+
+def calibration_records(
+    args: argparse.Namespace, scorer: Scorer, group_by: str
+) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """The calibration records of --data (runs scored now, decision logs as logged), and the
+    labelled runs read from files (the --check's rule baselines read them)."""
+    from training.calibrate.recalibrate import score_runs
+    from training.data.decisions import is_decision_log, runs_from_logs
+    from training.data.runs import labelled_runs, load_runs
+
+    logs = [p for p in args.data if is_decision_log(p)]
+    raw = [p for p in args.data if p not in logs]
+    if args.verdicts and not logs:
+        raise ValueError("--verdicts goes with decision logs in --data (none found)")
+    kinds = (["runs"] if raw else []) + (["decision-log"] if logs else [])
+    data: dict[str, Any] = {"kind": "+".join(kinds), "paths": list(args.data)}
+    data |= {"labels": list(args.labels), "verdicts": list(args.verdicts)}
+    if args.agent:
+        data["agent"] = args.agent
+    records = []
+    lab_runs: list[Any] = []
+    if raw:
+        runs = load_runs(raw, labels=args.labels)
+        lab = labelled_runs(runs)
+        lab_runs = lab.runs
+        if args.agent and group_by == "agent":  # the group is the agent the model reads ...
+            for r in lab.runs:
+                r.agent = args.agent
+        print(
+            f"read {len(runs)} runs: {len(lab.runs)} labelled, "
+            f"{sum(lab.unknown.values())} without a verdict, {sum(lab.empty.values())} without "
+            "steps (left out)"
+        )
+        data |= {"runs_read": len(runs), "runs_labelled": len(lab.runs)}
+        data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
+        if args.check is not None:  # with the bundle's baselines, for the check's report
+            from training.evaluate.inputs import score_with_bundle
+
+            scored = score_with_bundle(
+                scorer.bundle.path, lab.runs, scorer=scorer, progress=not args.no_progress
+            )
+        else:
+            scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
+        for rec in scored:  # ... or, keyed by source, only the group: the scores stay the
+            rec.source = args.agent or rec.source  # transcript's, as `score --source` sees them
+        records += scored
+    if logs:
+        got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)
+        for prob in got.problems[:20]:  # each bad line is skipped, never fatal
+            print(f"problem: {visible(prob)}", file=sys.stderr)
+        if len(got.problems) > 20:
+            print(f"problem: ... {len(got.problems) - 20} more", file=sys.stderr)
+        check_graphs(got.starts, scorer)
+        if args.agent:  # else each logged run keeps its logged agent and source
+            for rec in got.records:
+                rec.agent = rec.source = args.agent
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(got.skipped.items())) or "none"
+        print(f"decision logs: {len(got.records)} runs with a verdict; left out: {skipped}")
+        data |= {"log_runs": len(got.records), "log_left_out": dict(got.skipped)}
+        records += got.records
+    if args.records_out:
+        from training.data.records import save_records
+
+        save_records(args.records_out, records)
+    return records, data, lab_runs
+
+
+def check_graphs(starts: list[dict[str, Any]], scorer: Scorer) -> None:
+    """A log scored by other graphs than the bundle's cannot calibrate it."""
+    ours = scorer.bundle.graph_hashes
+    for s in starts:
+        theirs = s.get("graphs") or {}
+        if theirs and any(ours.get(k) != v for k, v in theirs.items()):
+            raise ValueError(
+                f"the decision log was scored by bundle {s.get('bundle')!r} whose graphs differ "
+                f"from {scorer.bundle.path}'s: its scores cannot calibrate this bundle"
+            )
