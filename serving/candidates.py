@@ -84,16 +84,16 @@ class SignalsLR:
 class PieceText:
     """The text a TF-IDF candidate trained with `train.tfidf_text` counts: monitor.render's header
     and step pieces with cuts of their own, longer than the LM window's
-    (training.config.TfidfTextConfig has the defaults and the measurements behind them). A bag
-    of words costs nothing per extra character the way a token through the backbone does; the
-    agent's own reasoning (1,000 characters of each thought) is where most of its gain over the
-    window's cuts came from (docs/RESULTS.md)."""
+    (training.config.TfidfTextConfig holds the defaults, here every cut is given, and the
+    measurements behind them). A bag of words costs nothing per extra character the way a token
+    through the backbone does; the agent's own reasoning (1,000 characters of each thought) is
+    where most of its gain over the window's cuts came from (docs/RESULTS.md)."""
 
-    task_chars: int = 2000
-    action_chars: int = 300
-    obs_head_chars: int = 300
-    obs_tail_chars: int = 300
-    thought_chars: int = 1000
+    task_chars: int
+    action_chars: int
+    obs_head_chars: int
+    obs_tail_chars: int
+    thought_chars: int
 
     def header(self, task: str, agent: str = "") -> str:
         """The header piece: agent line and the task cut to `task_chars`."""
@@ -116,9 +116,11 @@ class PieceText:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PieceText:
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"tfidf_lr text: unknown fields {sorted(unknown)}")
+        unknown, missing = set(d) - names, names - set(d)
+        if unknown or missing:
+            raise ValueError(
+                f"tfidf_lr text: unknown fields {sorted(unknown)}, missing {sorted(missing)}"
+            )
         return cls(**{k: int(v) for k, v in d.items()})
 
 

@@ -166,7 +166,9 @@ def test_tfidf_with_its_own_text_serves_live_as_the_pipeline_scores(
     text into candidates.json; live, replay and the fitted pipeline count the same pieces."""
     from training.baselines.learned import tfidf_run_scores
 
-    text = PieceText(task_chars=40, action_chars=15, obs_head_chars=10, obs_tail_chars=5)
+    text = PieceText(
+        task_chars=40, action_chars=15, obs_head_chars=10, obs_tail_chars=5, thought_chars=1000
+    )
     scorer0 = Scorer.load(base, threads=1)
     run = make_run(9, seed=3)
     assert run_pieces(scorer0.featuriser, run, text) != run_pieces(scorer0.featuriser, run)

@@ -75,7 +75,9 @@ def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, ru
     from training.config import TfidfTextConfig, TrainConfig
     from training.export.candidates import baseline_params
 
-    text = PieceText(task_chars=12, action_chars=8, obs_head_chars=4, obs_tail_chars=3)
+    text = PieceText(
+        task_chars=12, action_chars=8, obs_head_chars=4, obs_tail_chars=3, thought_chars=1000
+    )
     ex = prefix_examples(runs, schedule=EVERY_STEP)
     steps = [ex.step[ex.run == i] for i in range(len(runs))]
     w = [ex.weight[ex.run == i] for i in range(len(runs))]
@@ -94,7 +96,9 @@ def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, ru
     np.testing.assert_allclose(
         served.scores(pieces), bl.tfidf_run_scores(tf, featuriser, r), rtol=1e-9, atol=1e-12
     )
-    assert bl.piece_text(TrainConfig(tfidf_text=TfidfTextConfig())) == PieceText()
+    assert bl.piece_text(TrainConfig(tfidf_text=TfidfTextConfig())) == PieceText(
+        2000, 300, 300, 300, 1000
+    )
     assert bl.piece_text(TrainConfig()) is None
     old = dict(params["tfidf_lr"])
     del old["text"]
