@@ -11,10 +11,11 @@ torch = pytest.importorskip("torch")
 
 from monitor.errors import ConfigError  # noqa: E402
 from monitor.schedule import Schedule  # noqa: E402
-from monitor.types import Trajectory  # noqa: E402
+from monitor.types import Step, Trajectory  # noqa: E402
 from training.data.examples import (  # noqa: E402
     prefix_examples,
     run_weights,
+    savings_weights,
 )
 from training.data.runs import balanced_subset, labelled_runs, stratified_subsample  # noqa: E402
 from training.data.splits import load_splits, make_splits, save_splits  # noqa: E402
@@ -67,6 +68,38 @@ def test_examples_weights_and_unknown_labels(runs):
     sub = stratified_subsample(lab.runs, 20, seed=0)
     assert len(sub) <= 22
     assert {r.agent for r in sub} == {"alpha", "beta"}
+
+
+def _run(rid: str, agent: str, tokens: list[int], resolved: bool) -> Trajectory:
+    steps = [Step(index=i, action=f"ls {i}", tokens_in=t) for i, t in enumerate(tokens)]
+    return Trajectory(id=rid, instance_id=rid, agent=agent, steps=steps, resolved=resolved)
+
+
+def test_savings_weights_follow_the_tokens_a_stop_saves():
+    runs = [
+        _run("f-long", "a", [100, 100, 100, 100, 600], False),  # 1,000 tokens, most at the end
+        _run("f-short", "a", [100, 100, 100, 100, 100], False),  # 500
+        _run("ok", "a", [100, 100, 100, 100, 100], True),  # 500
+        _run("f-other", "b", [10, 10, 10, 10, 10], False),  # its agent's only run: scale 1
+    ]
+    sched = Schedule(min_steps=2, every=1, persist=1)
+    ex = prefix_examples(runs, schedule=sched, weights=np.ones(4))
+    assert savings_weights(runs, ex, None) is ex  # off: nothing changes
+    for power in (0.0, 1.0, 2.0):
+        sw = savings_weights(runs, ex, power)
+        assert sw.run.tolist() == ex.run.tolist()
+        assert sw.step.tolist() == ex.step.tolist()
+        w = {i: sw.weight[sw.run == i] for i in range(4)}
+        assert w[2].tolist() == ex.weight[ex.run == 2].tolist()  # resolved: the even spread
+        # a run's weight is (its tokens / its agent's mean run tokens) ** power: 1000 / 666.7
+        assert w[0].sum() == pytest.approx(1.5**power)
+        assert w[1].sum() == pytest.approx(0.75**power)
+        assert w[3].sum() == pytest.approx(1.0)
+        # spread over k = 2..5 in proportion to the share of tokens after step k (+ 1e-3)
+        left = np.array([800, 700, 600, 0]) / 1000 + 1e-3
+        assert np.allclose(w[0], 1.5**power * left / left.sum())
+        assert np.all(np.diff(w[1]) < 0)  # earlier prefixes save more: they weigh more
+    assert savings_weights(runs, prefix_examples([], schedule=sched), 1.0).weight.size == 0
 
 
 def test_balanced_subset_caps_each_agent_and_label(runs):

@@ -34,7 +34,7 @@ from monitor.types import Trajectory
 from serving.candidates import PieceText
 from serving.choice import run_pieces  # the pieces served TF-IDF counts (one definition)
 from training.config import TrainConfig
-from training.data.examples import PrefixSet, prefix_examples, run_weights
+from training.data.examples import PrefixSet, prefix_examples, run_weights, savings_weights
 from training.data.runs import label_of
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ def fit_baselines(
         weights=run_weights(runs, balance=tc.balance),
         max_per_run=tc.tfidf_max_prefixes_per_run,
     )
+    tf = savings_weights(runs, tf, tc.savings_power)
     pipes["tfidf_lr"] = fit_tfidf_lr(
         featuriser,
         runs,

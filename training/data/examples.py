@@ -6,6 +6,11 @@
   dominate; runs are further weighted so that every (agent, label) cell (or every label) carries
   the same total weight: failure rates differ by agent, and the goal is discrimination within
   each agent.
+- With `savings_power` (train.savings_power) a failing run's weight follows what stopping it
+  saves instead (`savings_weights`): spread over its prefixes in proportion to the tokens still
+  to come after each, and scaled by (its tokens / its agent's mean run tokens) ** power, so the
+  long failing runs that hold the tokens weigh most. Resolved runs keep the even spread: the stop
+  rule's false positives count runs, not tokens.
 """
 
 from __future__ import annotations
@@ -75,12 +80,48 @@ class PrefixSet:
 def probe_examples(cfg: PipelineConfig, runs: Sequence[Trajectory]) -> PrefixSet:
     """The probe's training prefixes of `runs` under a pipeline config: its check schedule,
     its run weighting (train.balance) and its per-run cap (train.max_prefixes_per_run)."""
-    return prefix_examples(
+    ex = prefix_examples(
         runs,
         schedule=cfg.policy,
         weights=run_weights(runs, balance=cfg.train.balance),
         max_per_run=cfg.train.max_prefixes_per_run,
     )
+    return savings_weights(runs, ex, cfg.train.savings_power)
+
+
+def run_step_tokens(run: Trajectory) -> np.ndarray:
+    """Tokens of each step's model call (float64)."""
+    return np.array([s.tokens for s in run.steps], dtype=np.float64)
+
+
+def savings_weights(
+    runs: Sequence[Trajectory], examples: PrefixSet, power: float | None
+) -> PrefixSet:
+    """`examples` with each failing run's weight following what a stop saves (module docstring).
+
+    A failing run i keeps weight W_i * (T_i / mean T of its agent's runs) ** power, spread over its
+    prefixes k in proportion to (T_i - tokens after step k) / T_i + 1e-3 (the floor keeps its
+    last prefix in); W_i is its run weight, T_i its tokens. Resolved runs are unchanged; so is
+    everything when `power` is None.
+    """
+    if power is None or not len(examples.run):
+        return examples
+    tokens = [run_step_tokens(r) for r in runs]
+    by_agent: dict[str, list[float]] = {}
+    for r, t in zip(runs, tokens, strict=True):
+        by_agent.setdefault(r.agent, []).append(float(t.sum()))
+    mean = {a: float(np.mean(v)) for a, v in by_agent.items()}
+    weight = examples.weight.copy()
+    for i in np.unique(examples.run[examples.label == 1]).tolist():
+        rows = np.flatnonzero(examples.run == i)
+        cum = np.cumsum(tokens[i])
+        total = float(cum[-1]) if len(cum) else 0.0
+        if total <= 0 or mean[runs[i].agent] <= 0:
+            continue  # no token counts: the even spread stays
+        left = (total - cum[examples.step[rows] - 1]) / total + 1e-3
+        scale = (total / mean[runs[i].agent]) ** power
+        weight[rows] = weight[rows].sum() * scale * left / left.sum()
+    return PrefixSet(examples.run, examples.step, examples.label, weight)
 
 
 def prefix_examples(
