@@ -10,6 +10,11 @@ does (tests compare the two).
   sublinear TF-IDF, L2 norm, logistic regression.
 - `Stack`: logistic regression over the base scores' logits and the run's length so far against
   its group's resolved runs (training.model.stack fits it).
+- `StackBag`: the stacks fitted on the inner folds of the calibration runs, served as the mean
+  of their logits: the models whose out-of-fold scores set the stack's thresholds, so its served
+  scores are no sharper than those it was calibrated on (one refit on all of them was, and
+  stopped more resolved runs than the target: docs/RESULTS.md, "Issue 26, sixth round").
+  `stack_from_json` reads either.
 - `length_scores`: the step and token limits as scores.
 """
 
@@ -244,10 +249,10 @@ class Stack:
         ]
         return np.stack(cols, axis=1)
 
-    def scores_for(
+    def logits_for(
         self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
     ) -> np.ndarray:
-        """P(unresolved | steps 1..k) for k = 1..n."""
+        """The logit of P(unresolved | steps 1..k) for k = 1..n."""
         x = self.features_for(group, base_scores, step_tokens)
         m = self.models.get(f"own:{group}")
         offset = 0.0
@@ -255,7 +260,13 @@ class Stack:
             m = self.models["shared"]
             offset = self.offsets.get(group, 0.0)
         z = (x - np.asarray(m["mean"])) / np.asarray(m["scale"])
-        return _sigmoid(z @ np.asarray(m["coef"]) + float(m["intercept"]) + offset)
+        return np.asarray(z @ np.asarray(m["coef"]) + float(m["intercept"]) + offset)
+
+    def scores_for(
+        self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """P(unresolved | steps 1..k) for k = 1..n."""
+        return _sigmoid(self.logits_for(group, base_scores, step_tokens))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -273,3 +284,63 @@ class Stack:
             list(d["bases"]), str(d["group_by"]), dict(d["lengths"]), dict(d["models"]),
             {str(k): float(v) for k, v in d["offsets"].items()},
         )  # fmt: skip
+
+
+@dataclass
+class StackBag:
+    """Stacks over the same bases, served as the mean of their logits (module docstring).
+
+    Attributes:
+        members: the stacks (training.evaluate.select.oof_stack fits one per inner fold).
+    """
+
+    members: list[Stack]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a stack bag needs at least one stack")
+        first = self.members[0]
+        for m in self.members[1:]:
+            if m.bases != first.bases or m.group_by != first.group_by:
+                raise ValueError(
+                    "the stacks of a bag must share their bases and group_by: "
+                    f"{m.bases}/{m.group_by} against {first.bases}/{first.group_by}"
+                )
+
+    @property
+    def bases(self) -> list[str]:
+        return self.members[0].bases
+
+    @property
+    def group_by(self) -> str:
+        return self.members[0].group_by
+
+    def logits_for(
+        self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """The mean over the members of their logits after steps 1..n."""
+        z = [m.logits_for(group, base_scores, step_tokens) for m in self.members]
+        return np.asarray(np.mean(z, axis=0))
+
+    def scores_for(
+        self, group: str, base_scores: Mapping[str, np.ndarray], step_tokens: np.ndarray
+    ) -> np.ndarray:
+        """P(unresolved | steps 1..k) for k = 1..n: the sigmoid of the members' mean logit."""
+        return _sigmoid(self.logits_for(group, base_scores, step_tokens))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "stack_bag", "members": [m.to_json() for m in self.members]}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StackBag:
+        return cls([Stack.from_json(m) for m in d["members"]])
+
+
+def stack_from_json(d: Mapping[str, Any]) -> Stack | StackBag:
+    """A candidates.json "stack": one stack (`kind` "stack", bundles before the bag) or a bag."""
+    kind = d.get("kind", "stack")
+    if kind == "stack_bag":
+        return StackBag.from_json(d)
+    if kind == "stack":
+        return Stack.from_json(d)
+    raise ValueError(f'unknown stack kind {kind!r} (expected "stack" or "stack_bag")')

@@ -38,8 +38,10 @@ from serving.candidates import (
     PieceText,
     SignalsLR,
     Stack,
+    StackBag,
     TfidfLR,
     length_scores,
+    stack_from_json,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ class Choice:
     tables: dict[str, ThresholdTable]
     signals: SignalsLR | None = None
     tfidf: TfidfLR | None = None
-    stack: Stack | None = None
+    stack: Stack | StackBag | None = None
     recalibrated: set[str] = field(default_factory=set)
 
     @classmethod
@@ -73,7 +75,7 @@ class Choice:
             tables={n: ThresholdTable.model_validate(t) for n, t in d["thresholds"].items()},
             signals=SignalsLR.from_json(params["signals_lr"]) if "signals_lr" in params else None,
             tfidf=TfidfLR.from_json(params["tfidf_lr"]) if "tfidf_lr" in params else None,
-            stack=Stack.from_json(d["stack"]) if "stack" in d else None,
+            stack=stack_from_json(d["stack"]) if "stack" in d else None,
             recalibrated=recalibrated_groups(monitor_table.calibration if monitor_table else None),
         )
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
 from monitor.schedule import Schedule
+from serving.candidates import StackBag, stack_from_json
 from training.config import ThresholdConfig
 from training.data.records import RunRecord
 from training.evaluate.calibrated import (
@@ -18,6 +22,7 @@ from training.evaluate.calibrated import (
 )
 from training.evaluate.candidates import SELECTED, crossfit_candidates
 from training.evaluate.select import STACK, oof_stack, select_per_group
+from training.model.stack import StackModel, stack_model_from_json
 
 SCHED = Schedule(min_steps=3, every=1, persist=2)
 
@@ -103,9 +108,28 @@ def test_stack_scores_out_of_fold_and_learns_the_informative_base(
     cal, model = oof_stack(records, schedule=SCHED, group_by="agent")
     assert all(STACK in r.scores for r in cal)
     assert all(STACK not in r.scores for r in records)
-    assert set(model.models) >= {"shared", "own:a", "own:b"}
-    again = type(model).from_json(model.to_json())
-    assert np.allclose(again.scores(records[0]), model.scores(records[0]))
+    # served: the bag of the fold stacks whose out-of-fold scores the thresholds are set on
+    assert len(model.members) == 5
+    for m in model.members:
+        assert set(m.models) >= {"shared", "own:a", "own:b"}
+    r0 = records[0]
+    logits = [m.logits_for(r0.agent, r0.scores, np.asarray(r0.step_tokens)) for m in model.members]
+    assert np.allclose(model.scores(r0), 1 / (1 + np.exp(-np.mean(logits, axis=0))))
+    own = [c for c in cal if c.run_id == r0.run_id][0].scores[STACK]  # one member scored it
+    assert any(np.allclose(own, m.scores(r0)) for m in model.members)
+    d = model.to_json()
+    assert d["kind"] == "stack_bag"
+    for again in (stack_model_from_json(d), stack_from_json(json.loads(json.dumps(d)))):
+        assert np.allclose(
+            again.scores_for(r0.agent, r0.scores, np.asarray(r0.step_tokens)), model.scores(r0)
+        )
+    old = stack_model_from_json(model.members[0].to_json())  # a bundle from before the bag
+    assert isinstance(old, StackModel)
+    assert np.allclose(old.scores(r0), model.members[0].scores(r0))
+    with pytest.raises(ValueError, match="unknown stack kind"):
+        stack_from_json({"kind": "forest"})
+    with pytest.raises(ValueError, match="share their bases"):
+        StackBag([model.members[0], dataclasses.replace(model.members[1], bases=["monitor"])])
     b = [r for r in cal if r.agent == "b"]
     assert live_auroc(b, STACK, steps=(5,), tokens=())["step:5"]["auroc"] > 0.9
 

@@ -171,7 +171,7 @@ def from_bundle(
     them). What `failfast evaluate` shows on new runs scored with a bundle whose training output
     is not at hand."""
     from serving.choice import MONITOR, Choice
-    from training.model.stack import StackModel
+    from training.model.stack import stack_model_from_json
 
     choice = Choice.from_json(candidates, table)
     recs = list(records)
@@ -179,7 +179,7 @@ def from_bundle(
     if choice.stack is not None and all(
         b in r.scores for r in recs for b in choice.stack.bases
     ):  # fmt: skip
-        model = StackModel.from_json(candidates["stack"])
+        model = stack_model_from_json(candidates["stack"])
         recs = [dataclasses.replace(r, scores={**r.scores, STACK: model.scores(r)}) for r in recs]
     tables = {n: t for n, t in choice.tables.items() if n != MONITOR}
     stops: dict[str, Stops] = {}

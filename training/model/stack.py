@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from monitor.schedule import Schedule
-from serving.candidates import Stack
+from serving.candidates import Stack, StackBag
 from training.data.records import RunRecord, group_records
 
 LENGTH_FEATURES = ("done_by_steps", "done_by_tokens", "log_steps", "log_tokens")
@@ -43,6 +43,26 @@ class StackModel(Stack):
     def from_json(cls, d: Mapping[str, Any]) -> StackModel:
         s = Stack.from_json(d)
         return cls(s.bases, s.group_by, s.lengths, s.models, s.offsets)
+
+
+class StackBagModel(StackBag):
+    """A bag of fitted stacks (serving.candidates.StackBag) scored on RunRecords."""
+
+    def scores(self, record: RunRecord) -> np.ndarray:
+        """P(unresolved | steps 1..k) for k = 1..n: the sigmoid of the members' mean logit."""
+        g = str(getattr(record, self.group_by))
+        return self.scores_for(g, record.scores, record.step_tokens)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StackBagModel:
+        return cls(list(StackBag.from_json(d).members))
+
+
+def stack_model_from_json(d: Mapping[str, Any]) -> StackModel | StackBagModel:
+    """The fitted form of a candidates.json "stack" (one stack, or a bag of them)."""
+    if d.get("kind", "stack") == "stack_bag":
+        return StackBagModel.from_json(d)
+    return StackModel.from_json(d)
 
 
 def _lengths(recs: Sequence[RunRecord]) -> dict[str, list[float]]:
