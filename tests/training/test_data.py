@@ -13,6 +13,7 @@ from monitor.errors import ConfigError  # noqa: E402
 from monitor.schedule import Schedule  # noqa: E402
 from monitor.types import Step, Trajectory  # noqa: E402
 from training.data.examples import (  # noqa: E402
+    even_weights,
     prefix_examples,
     run_weights,
     savings_weights,
@@ -100,6 +101,11 @@ def test_savings_weights_follow_the_tokens_a_stop_saves():
         assert np.allclose(w[0], 1.5**power * left / left.sum())
         assert np.all(np.diff(w[1]) < 0)  # earlier prefixes save more: they weigh more
     assert savings_weights(runs, prefix_examples([], schedule=sched), 1.0).weight.size == 0
+    # the even spread back (what the signals LR trains on), from any weights the set carries
+    for balance in ("agent_class", "none"):
+        even = prefix_examples(runs, schedule=sched, weights=run_weights(runs, balance=balance))
+        got = even_weights(runs, savings_weights(runs, even, 2.0), balance)
+        assert np.allclose(got, even.weight)
 
 
 def test_balanced_subset_caps_each_agent_and_label(runs):

@@ -34,7 +34,13 @@ from monitor.types import Trajectory
 from serving.candidates import PieceText
 from serving.choice import run_pieces  # the pieces served TF-IDF counts (one definition)
 from training.config import TrainConfig
-from training.data.examples import PrefixSet, prefix_examples, run_weights, savings_weights
+from training.data.examples import (
+    PrefixSet,
+    even_weights,
+    prefix_examples,
+    run_weights,
+    savings_weights,
+)
 from training.data.runs import label_of
 
 log = logging.getLogger(__name__)
@@ -139,10 +145,12 @@ def fit_baselines(
     schedule: Schedule,
 ) -> dict[str, Pipeline]:
     """Both baselines on the training runs: `signals_lr` on the probe's own examples (rows of
-    the full signal matrix), `tfidf_lr` on at most `tc.tfidf_max_prefixes_per_run` checked
-    prefixes per run (bounds its memory), with the probe's run weighting."""
+    the full signal matrix; their even spread when the probe's are savings-weighted,
+    training.data.examples), `tfidf_lr` on at most `tc.tfidf_max_prefixes_per_run` checked
+    prefixes per run (bounds its memory), with the probe's run weighting and savings weights."""
     signals = examples.rows([signal_matrix(r) for r in runs])
-    pipes = {"signals_lr": fit_signals_lr(signals, examples.label, examples.weight, C=tc.signals_C)}
+    w = examples.weight if tc.savings_power is None else even_weights(runs, examples, tc.balance)
+    pipes = {"signals_lr": fit_signals_lr(signals, examples.label, w, C=tc.signals_C)}
     tf = prefix_examples(
         runs,
         schedule=schedule,

@@ -10,7 +10,10 @@
   saves instead (`savings_weights`): spread over its prefixes in proportion to the tokens still
   to come after each, and scaled by (its tokens / its agent's mean run tokens) ** power, so the
   long failing runs that hold the tokens weigh most. Resolved runs keep the even spread: the stop
-  rule's false positives count runs, not tokens.
+  rule's false positives count runs, not tokens. The probe and the TF-IDF baseline train on
+  these weights; the signals LR keeps the even spread (`even_weights`): savings-weighted, it
+  stopped 14.6% of SWE-agent's resolved runs on new repositories at a 10% target
+  (docs/RESULTS.md, "Issue 26, sixth round").
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ def probe_examples(cfg: PipelineConfig, runs: Sequence[Trajectory]) -> PrefixSet
         max_per_run=cfg.train.max_prefixes_per_run,
     )
     return savings_weights(runs, ex, cfg.train.savings_power)
+
+
+def even_weights(runs: Sequence[Trajectory], examples: PrefixSet, balance: str) -> np.ndarray:
+    """The weights `prefix_examples` gives `examples` (each run's weight spread evenly), whatever
+    they carry now: what the signals LR trains on when the probe's examples are savings-weighted."""
+    w_run = run_weights(runs, balance=balance)
+    n = np.bincount(examples.run, minlength=len(runs))
+    return np.asarray(w_run[examples.run] / n[examples.run])
 
 
 def run_step_tokens(run: Trajectory) -> np.ndarray:
