@@ -37,12 +37,10 @@ from serving.candidates import (
     TOKEN_LIMIT,
     PieceText,
     SignalsLR,
-    Stack,
-    StackBag,
     TfidfLR,
     length_scores,
-    stack_from_json,
 )
+from serving.stack import Stack, StackBag, stack_from_json
 
 log = logging.getLogger(__name__)
 

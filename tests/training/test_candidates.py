@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from monitor.schedule import Schedule
-from serving.candidates import StackBag, stack_from_json
+from serving.stack import StackBag, stack_from_json
 from training.config import ThresholdConfig
 from training.data.records import RunRecord
 from training.evaluate.calibrated import (

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from monitor.schedule import Schedule
-from serving.candidates import Stack, StackBag
+from serving.stack import Stack, StackBag
 from training.data.records import RunRecord, group_records
 
 LENGTH_FEATURES = ("done_by_steps", "done_by_tokens", "log_steps", "log_tokens")
@@ -27,7 +27,7 @@ _QUANTILES = np.linspace(0.0, 1.0, 101)
 
 
 class StackModel(Stack):
-    """The fitted stack: serving.candidates.Stack (plain numpy) scored on RunRecords."""
+    """The fitted stack: serving.stack.Stack (plain numpy) scored on RunRecords."""
 
     def features(self, record: RunRecord) -> np.ndarray:
         """(n, F) inputs after steps 1..n of `record`."""
@@ -46,7 +46,7 @@ class StackModel(Stack):
 
 
 class StackBagModel(StackBag):
-    """A bag of fitted stacks (serving.candidates.StackBag) scored on RunRecords."""
+    """A bag of fitted stacks (serving.stack.StackBag) scored on RunRecords."""
 
     def scores(self, record: RunRecord) -> np.ndarray:
         """P(unresolved | steps 1..k) for k = 1..n: the sigmoid of the members' mean logit."""
