@@ -97,9 +97,10 @@ class TrainConfig(StrictModel):
     """At most this many checked prefixes per training run (evenly spaced); None: all."""
     savings_power: float | None = Field(None, ge=0.0)
     """Savings weighting of failing runs (training.data.examples.savings_weights), for the probe
-    and the TF-IDF baseline (the signals LR keeps the even spread): a failing run's weight spread over its prefixes in proportion to
-    the tokens still to come after each (what a stop there saves) and scaled by (its tokens /
-    its agent's mean run tokens) ** this power; None: spread evenly, every run alike."""
+    and the TF-IDF baseline (the signals LR keeps the even spread): a failing run's weight spread
+    over its prefixes in proportion to the tokens still to come after each (what a stop there
+    saves) and scaled by (its tokens / its agent's mean run tokens) ** this power; None: spread
+    evenly, every run alike."""
     probe_C: list[float] = Field(default_factory=lambda: [0.1, 0.3])
     """Inverse L2 strengths tried for the probe (with every probe_hidden_scale); the pair with the
     best validation AUROC (mean over agents of the 25/50/75 %/overall figures) wins."""

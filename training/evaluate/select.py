@@ -83,7 +83,8 @@ def oof_stack(
         members.append(model)
         for i in np.flatnonzero(fold == f).tolist():
             out[i] = with_score(calibration[i], STACK, model.scores(calibration[i]))
-    return [r for r in out if r is not None], StackBagModel(list(members))
+    bag = StackBagModel(list(members))  # list(): a list[Stack] (lists are invariant)
+    return [r for r in out if r is not None], bag
 
 
 def select_per_group(
