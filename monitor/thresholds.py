@@ -64,6 +64,9 @@ class StopThreshold(StrictModel):
     """Upper bound on the run-level FPR (the table's method and confidence)."""
     refused: str | None = None
     """Why the target cannot be certified with this group's calibration runs (no threshold)."""
+    margin: float | None = None
+    """The margin this target was fitted with (target / margin) where the table's
+    `adaptive_margin` gave this group its own; None: the table's `margin`."""
 
 
 class GroupThresholds(StrictModel):
@@ -131,6 +134,9 @@ class ThresholdTable(StrictModel):
     """Which runs calibrated the table, per group (written by `failfast train`)."""
     margin: float = DEFAULT_MARGIN
     """Each target was fitted at target / margin (a safety margin against task shift)."""
+    adaptive_margin: float | None = None
+    """When set, a group with n resolved calibration runs was fitted with the margin
+    min(margin, 1 + adaptive_margin / sqrt(n)) (each stop entry says which: `margin`)."""
     fallback: Literal["pooled", "none"] = DEFAULT_FALLBACK
     """What a group without its own threshold for a target uses: "pooled" (the pooled
     threshold, whose FPR for that group is not certified) or "none" (no stop by score: the

@@ -238,3 +238,38 @@ def test_margin_fits_a_smaller_target_and_fallback_none_refuses():
     for group, why in (("few", "refused"), ("nobody", "unknown-group")):
         refused = safe.lookup(group, 0.1)
         assert (refused.origin, refused.stop) == (why, math.inf)
+
+
+def test_adaptive_margin_relaxes_large_groups_only():
+    """adaptive_margin 8: a group with n resolved calibration runs is fitted at
+    target / min(margin, 1 + 8 / sqrt(n)); a small group keeps the full margin, a large one gets
+    a smaller margin (a lower threshold), and each stop entry records the margin it used."""
+    from training.calibrate.thresholds import group_margin
+
+    cfg = ThresholdConfig(margin=2.0, adaptive_margin=8.0)
+    assert group_margin(cfg, 16) == 2.0  # 1 + 8/4 = 3, capped at the margin
+    assert group_margin(cfg, 64) == 2.0
+    assert group_margin(cfg, 256) == pytest.approx(1.5)
+    assert group_margin(cfg, 10**6) >= 1.0
+    assert group_margin(ThresholdConfig(margin=2.0), 10**4) == 2.0  # off: the margin everywhere
+    rng = np.random.default_rng(3)
+    recs = []
+    for g, n in (("small", 60), ("large", 400)):
+        recs += [rec(i, g, True, rng.random(8), inst=f"{g}{i}") for i in range(n)]
+        recs += [rec(10_000 + i, g, False, rng.random(8) + 0.4, inst=f"{g}f{i}") for i in range(n)]
+    fixed = pick_thresholds(recs, schedule=S(2, 1, 1), targets=[0.1], margin=2.0)
+    adapt = pick_thresholds(
+        recs, schedule=S(2, 1, 1), targets=[0.1], margin=2.0, adaptive_margin=8.0
+    )
+    assert adapt.groups["small"].stop_at(0.1) == fixed.groups["small"].stop_at(0.1)
+    assert adapt.groups["large"].stop_at(0.1) < fixed.groups["large"].stop_at(0.1)
+    entry = adapt.groups["large"].stop["0.1"]
+    assert entry.margin == pytest.approx(1 + 8 / math.sqrt(400))
+    assert entry.fpr_val <= 0.1 / entry.margin
+    assert fixed.groups["large"].stop["0.1"].margin is None
+    assert adapt.adaptive_margin == 8.0
+    # the table round-trips through thresholds.json with the per-entry margins
+    from monitor.thresholds import ThresholdTable
+
+    again = ThresholdTable.model_validate_json(adapt.model_dump_json())
+    assert again.groups["large"].stop["0.1"].margin == entry.margin

@@ -76,21 +76,33 @@ def _method_name(cfg: ThresholdConfig) -> str:
     return cfg.method if cfg.mode == "bound" else "empirical"
 
 
+def group_margin(cfg: ThresholdConfig, n_resolved: int) -> float:
+    """The margin a group with `n_resolved` resolved calibration runs is fitted with: the
+    configured `margin`, relaxed by `adaptive_margin` toward 1 as the group grows (never above
+    `margin`, never below 1)."""
+    if cfg.adaptive_margin is None or n_resolved <= 0:
+        return cfg.margin
+    return max(1.0, min(cfg.margin, 1.0 + cfg.adaptive_margin / math.sqrt(n_resolved)))
+
+
 def _stop_threshold(
     cfg: ThresholdConfig, target: float, resolved_max: np.ndarray, all_max: np.ndarray
 ) -> StopThreshold:
     """The stop threshold of one target for one group, or its refusal."""
     n = len(resolved_max)
-    fit = target / cfg.margin  # the target is fitted with the safety margin
+    margin = group_margin(cfg, n)
+    fit = target / margin  # the target is fitted with the safety margin
+    own = margin if cfg.adaptive_margin is not None else None  # recorded per entry when adaptive
     need = resolved_runs_needed(fit, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
     if n < need:
         return StopThreshold(
+            margin=own,
             refused=(
                 f"cannot certify run-level FPR <= {fit:g}"
-                + (f" (target {target:g} / margin {cfg.margin:g})" if cfg.margin != 1 else "")
+                + (f" (target {target:g} / margin {margin:.3g})" if margin != 1 else "")
                 + f" ({_method_name(cfg)}, {cfg.confidence:g} confidence): needs at least {need} "
                 f"resolved validation runs, has {n}"
-            )
+            ),
         )
     j = allowed_false_positives(n, fit, confidence=cfg.confidence, mode=cfg.mode, method=cfg.method)
     t = threshold_for_count(resolved_max, j, all_max)
@@ -100,7 +112,7 @@ def _stop_threshold(
         if cfg.mode == "bound"
         else fpr_upper_bound(fp, n, confidence=cfg.confidence)
     )
-    return StopThreshold(threshold=float(t), fpr_val=fp / n, fpr_upper_bound=bound)
+    return StopThreshold(threshold=float(t), fpr_val=fp / n, fpr_upper_bound=bound, margin=own)
 
 
 def _group(
@@ -137,15 +149,17 @@ def pick_thresholds(
     scorer: str = "monitor",
     margin: float = 1.0,
     fallback: Literal["pooled", "none"] = "pooled",
+    adaptive_margin: float | None = None,
 ) -> ThresholdTable:
     """Pick stop thresholds per target, per group and pooled, on calibration records.
 
     Args:
         records: validation-split records (never the training or test split).
         schedule: the check schedule served with the thresholds.
-        targets, mode, method, confidence, group_by, warn_fraction, scorer, margin, fallback:
-            as in training.config.ThresholdConfig; left out, the plain fit (per agent, no
-            margin, pooled fallback), not the served defaults: `ThresholdPicker` passes those.
+        targets, mode, method, confidence, group_by, warn_fraction, scorer, margin, fallback,
+        adaptive_margin: as in training.config.ThresholdConfig; left out, the plain fit (per
+            agent, no margin, pooled fallback), not the served defaults: `ThresholdPicker`
+            passes those.
 
     Returns:
         The thresholds.json table (docs/BUNDLE.md). A group's refused target falls back to the
@@ -161,6 +175,7 @@ def pick_thresholds(
         scorer=scorer,
         margin=margin,
         fallback=fallback,
+        adaptive_margin=adaptive_margin,
     )
     recs = [r for r in records if cfg.scorer in r.scores]
     if not recs:
@@ -181,6 +196,7 @@ def pick_thresholds(
         pooled=pooled,
         margin=cfg.margin,
         fallback=cfg.fallback,
+        adaptive_margin=cfg.adaptive_margin,
     )
 
 

@@ -229,6 +229,7 @@ def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
     if old is not None:
         base = {"mode": old.mode, "confidence": old.confidence, "group_by": old.group_by}
         base |= {"margin": old.margin, "fallback": old.fallback}
+        base |= {"adaptive_margin": old.adaptive_margin}
         base["targets"] = list(old.targets)
         if old.method in get_args(ThresholdConfig.model_fields["method"].annotation):
             base["method"] = old.method

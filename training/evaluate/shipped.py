@@ -32,6 +32,7 @@ def table_config(table: Any) -> ThresholdConfig:
         group_by=table.group_by,
         margin=table.margin,
         fallback="none" if table.fallback == "none" else "pooled",
+        adaptive_margin=table.adaptive_margin,
     )
 
 

@@ -149,14 +149,20 @@ def crossfit_view(
 def default_methods(cfg: PipelineConfig) -> dict[str, ThresholdConfig]:
     """The configured threshold method, and the others worth comparing on the same scores."""
     base = cfg.thresholds
-    conformal = {"mode": "bound", "method": "conformal"}
+    # the fixed-margin comparisons fit every group at their margin (no adaptive_margin)
+    conformal = {"mode": "bound", "method": "conformal", "adaptive_margin": None}
     return {
         "configured": base,
         "conformal": base.model_copy(update={**conformal, "margin": 1.0}),
         "conformal-margin1.5": base.model_copy(update={**conformal, "margin": 1.5}),
         "conformal-margin2": base.model_copy(update={**conformal, "margin": 2.0}),
         "clopper-pearson": base.model_copy(
-            update={"mode": "bound", "method": "clopper-pearson", "margin": 1.0}
+            update={
+                "mode": "bound",
+                "method": "clopper-pearson",
+                "margin": 1.0,
+                "adaptive_margin": None,
+            }
         ),
     }
 
