@@ -224,6 +224,14 @@ def test_model_card_is_rendered_from_the_manifest_thresholds() -> None:
     assert "src-a (50 resolved calibration runs): 0.05: 0.800, 0.1: 0.700" in card
     assert "src-b (9 resolved calibration runs): 0.05: refused (needs at least 39)" in card
     assert "pass that name as the session's `agent`" not in card
+    assert "adaptive margin" not in card
+    adaptive = {**manifest["thresholds"], "adaptive_margin": 8}
+    adaptive["groups"] = {
+        "src-a": {"n_resolved": 400, "stop": {"0.05": {"threshold": 0.8, "margin": 1.4}}}
+    }
+    card = model_card({**manifest, "thresholds": adaptive})
+    assert "adaptive margin 8: a group with n resolved calibration runs" in card
+    assert "src-a (400 resolved calibration runs): 0.05: 0.800 (margin 1.40)" in card
     manifest["thresholds"] |= {"group_by": "agent", "fallback": "pooled"}
     card = model_card(manifest)
     assert "`agent` (HTTP" in card

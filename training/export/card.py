@@ -29,7 +29,8 @@ def _fmt_metrics(metrics: dict[str, Any]) -> list[str]:
 def _stop_cell(target: str, entry: dict[str, Any]) -> str:
     st = (entry.get("stop") or {}).get(target) or {}
     if st.get("threshold") is not None:
-        return f"{target}: {st['threshold']:.3f}"
+        own = f" (margin {st['margin']:.2f})" if st.get("margin") else ""
+        return f"{target}: {st['threshold']:.3f}{own}"
     return f"{target}: refused ({st['refused']})" if st.get("refused") else f"{target}: not fitted"
 
 
@@ -53,6 +54,15 @@ def _thresholds_section(manifest: dict[str, Any]) -> list[str]:
         f"- mode {th.get('mode', '-')}, method {th.get('method', '-')}, confidence "
         f"{th.get('confidence', '-')}, margin {th.get('margin', DEFAULT_MARGIN)} (each target fitted at "
         f"target / margin); check schedule {th.get('schedule', '-')}",
+        *(
+            [
+                f"- adaptive margin {th['adaptive_margin']:g}: a group with n resolved calibration "
+                "runs was fitted at target / min(margin, 1 + adaptive_margin / sqrt(n)) (its "
+                "margin is in thresholds.json, each stop entry's `margin`)"
+            ]
+            if th.get("adaptive_margin")
+            else []
+        ),
         f"- served target (run-level FPR): {manifest['target']:g}",
         f"- keyed by **{key}**: a run finds its thresholds under its {key}; name it as {field}",
     ]
