@@ -246,7 +246,9 @@ def test_stop_rule_variants_are_compared_on_a_views_saved_records(
     with pytest.raises(ValueError, match="no records.parquet"):
         compare(cfg, folder, ["base"], folds=3)
     save_records(folder / "records.parquet", records)
-    md = compare(cfg, folder, ["base", "margin1", "choice3"], folds=3, n_boot=20)
+    md = compare(
+        cfg, folder, ["base", "margin1", "choice3", "margin2", "adaptive8"], folds=3, n_boot=20
+    )
     assert "| base |" in md
     assert "| margin1 |" in md
     assert "| choice3 |" in md
@@ -260,3 +262,7 @@ def test_stop_rule_variants_are_compared_on_a_views_saved_records(
         for name, row in got["base"][key].items():
             if not name.startswith("selected"):
                 assert got["choice3"][key][name] == row
+        # the config's margin is 2 without adaptive_margin: margin2 is the base itself, and the
+        # adaptive margin (never above 2) never saves less
+        assert got["margin2"][key] == got["base"][key]
+        assert got["adaptive8"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]

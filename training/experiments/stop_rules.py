@@ -3,7 +3,7 @@
     failfast crossfit --rereport --stop-rules base persist3 ... --data - --out XFIT --views instance
 
 Each variant changes how scores become stops, never the models: the margin the targets are
-fitted at, the persistence of the stop rule (k consecutive checks over the threshold),
+fitted at (fixed, or relaxed with the group's size: `adaptiveC`), the persistence of the stop rule (k consecutive checks over the threshold),
 `min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean
 of the last m scores); `choiceN` keeps the stops and averages the per-group choice over N draws
 of its inner folds. Every candidate and the per-group choice are then calibrated and judged exactly as
@@ -49,9 +49,15 @@ def _map_scores(records: Sequence[RunRecord], f: Callable[[np.ndarray], np.ndarr
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
-    "margin1.5": {"margin": 1.5},
-    "margin1.75": {"margin": 1.75},
-    "margin1": {"margin": 1.0},
+    # marginX: every group fitted at target / X (the config's adaptive_margin off)
+    "margin2": {"margin": 2.0, "adaptive_margin": None},
+    "margin1.5": {"margin": 1.5, "adaptive_margin": None},
+    "margin1.75": {"margin": 1.75, "adaptive_margin": None},
+    "margin1": {"margin": 1.0, "adaptive_margin": None},
+    # adaptiveC: a group with n resolved calibration runs at target / min(2, 1 + C / sqrt(n))
+    "adaptive6": {"margin": 2.0, "adaptive_margin": 6.0},
+    "adaptive8": {"margin": 2.0, "adaptive_margin": 8.0},
+    "adaptive10": {"margin": 2.0, "adaptive_margin": 10.0},
     "persist1": {"persist": 1},
     "persist3": {"persist": 3},
     "min_steps5": {"min_steps": 5},
@@ -73,7 +79,9 @@ def run_variant(
     from training.evaluate.candidates import crossfit_candidates
 
     v = VARIANTS[name]
-    tcfg = cfg.thresholds.model_copy(update={k: v[k] for k in ("margin",) if k in v})
+    tcfg = cfg.thresholds.model_copy(
+        update={k: v[k] for k in ("margin", "adaptive_margin") if k in v}
+    )
     sched = cfg.policy.schedule().model_copy(
         update={k: v[k] for k in ("persist", "min_steps", "every") if k in v}
     )
