@@ -266,3 +266,54 @@ def test_stop_rule_variants_are_compared_on_a_views_saved_records(
         # adaptive margin (never above 2) never saves less
         assert got["margin2"][key] == got["base"][key]
         assert got["adaptive8"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]
+
+
+def test_pair_candidates_on_the_folds_equal_the_k_fold_comparison(
+    records: list[RunRecord],
+) -> None:
+    from training.evaluate.candidates import pair_candidates
+
+    fold = (np.arange(len(records)) // 2) % 2  # both labels on each side
+    pairs = [
+        ([r for r, g in zip(records, fold, strict=True) if g != f],
+         [r for r, g in zip(records, fold, strict=True) if g == f])
+        for f in (0, 1)
+    ]  # fmt: skip
+    k_fold = crossfit_candidates(records, _tcfg(), SCHED, n_boot=20, fold=fold)
+    paired = pair_candidates(pairs, _tcfg(), SCHED, n_boot=20)
+    assert paired["per_agent"] == k_fold["per_agent"]
+    assert paired["choices"] == k_fold["choices"]
+    assert paired["calibration"] != k_fold["calibration"]  # says where its thresholds came from
+    # one pair (a time view): calibrated on its own calibration runs, each group's choice does
+    # about as well as the best single candidate there
+    one = pair_candidates(pairs[:1], _tcfg(), SCHED, n_boot=20)
+    assert {r["runs"] for r in one["per_agent"].values()} == {120}
+    b = one["per_agent"]["b"]["targets"]["0.1"]
+    assert b[SELECTED]["saved"] >= b["monitor"]["saved"]
+
+
+def test_stop_rule_variants_run_on_a_time_views_calibration_records(
+    records: list[RunRecord], tmp_path
+) -> None:
+    from training.config import PipelineConfig
+    from training.data.records import save_records
+    from training.experiments.stop_rules import compare
+
+    cfg = PipelineConfig.model_validate(
+        {"thresholds": {"group_by": "agent", "targets": [0.05, 0.1]}}
+    )
+    folder = tmp_path / "time"
+    folder.mkdir()
+    side = (np.arange(len(records)) // 2) % 2  # both labels on each side
+    cal = [r for r, g in zip(records, side, strict=True) if g == 0]
+    test = [r for r, g in zip(records, side, strict=True) if g == 1]
+    save_records(folder / "records.parquet", test)
+    with pytest.raises(ValueError, match="calibration records"):
+        compare(cfg, folder, ["base"], folds=3)
+    save_records(folder / "calibration-0.parquet", cal)
+    (folder / "pairs.json").write_text(json.dumps([[r.run_id for r in test]]))
+    compare(cfg, folder, ["base", "margin1"], folds=3, n_boot=20)
+    got = json.loads((folder / "stop_rules.json").read_text())
+    for key in ("0.05", "0.1"):
+        assert got["margin1"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]
+        assert got["base"][key]["selected"]["fpr_max"] <= 1.0

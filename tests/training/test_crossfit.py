@@ -126,3 +126,29 @@ def test_threshold_methods_plot_draws_every_view_and_target(tmp_path):
     path = plot_threshold_methods(reports, tmp_path / "p.png")
     assert path.stat().st_size > 10_000
     assert plt.get_fignums() == before  # the figure is closed
+
+
+@pytest.mark.slow
+def test_time_view_keeps_calibration_records_and_reports_the_served_choice(
+    tiny_model_dir, tmp_path
+):
+    from training.pipeline.crossfit import rereport, run_crossfit
+
+    runs = make_runs(40, seed=4)
+    for run in runs:  # two repositories, numbered issues: the time view's earlier and later half
+        n = int(run.instance_id.split("-")[1])
+        run.instance_id = ("a__a-" if n % 2 else "b__b-") + str(n)
+    cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False})
+    report = run_crossfit(cfg, runs, tmp_path / "xf", views=["time"], folds=3)["time"]
+    folder = tmp_path / "xf" / "time"
+    tests = json.loads((folder / "pairs.json").read_text())
+    cal = load_records(folder / "calibration-0.parquet")
+    recs = load_records(folder / "records.parquet")
+    assert sorted(tests[0]) == sorted(r.run_id for r in recs)
+    assert not {r.instance_id for r in cal} & {r.instance_id for r in recs}
+    assert set(cal[0].scores) == {"monitor", "signals_lr", "tfidf_lr", "step_limit"}
+    assert "pair's training runs" in report["calibrated"]["calibration"]
+    assert "selected" in report["calibrated"]["mean_per_agent"]["0.05"]
+    before = json.loads((folder / "report.json").read_text())["calibrated"]
+    rereport(cfg, tmp_path / "xf", views=["time"], folds=3)
+    assert json.loads((folder / "report.json").read_text())["calibrated"] == before

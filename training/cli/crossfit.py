@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="VARIANT",
         help="with --rereport: compare stop-rule variants (margin, persistence, min_steps, "
         "smoothed scores; training.experiments.stop_rules.VARIANTS) on the saved records of "
-        "the K-fold views, as shipped; writes OUT/<view>/stop_rules.json and .md",
+        "a view (the K folds of instance and repo; the calibration records time and benchmark "
+        "keep), as shipped; writes OUT/<view>/stop_rules.json and .md",
     )
 
     def handler(args: argparse.Namespace) -> int:

@@ -80,18 +80,68 @@ def crossfit_candidates(
     """
     records = list(records)
     add_length_scores(records)
-    targets = [float(t) for t in tcfg.targets]
     fold = record_folds(records, folds, seed) if fold is None else np.asarray(fold)
-    folds = int(fold.max()) + 1
-    candidates: list[str] = []
-    stops: dict[str, dict[float, Stops]] = {}
+    pairs = [
+        ([r for r, g in zip(records, fold, strict=True) if g != f],
+         [r for r, g in zip(records, fold, strict=True) if g == f])
+        for f in range(int(fold.max()) + 1)
+    ]  # fmt: skip
+    return _candidates(
+        pairs, tcfg, schedule, seed=seed, n_boot=n_boot, choice_repeats=choice_repeats
+    )
+
+
+def pair_candidates(
+    pairs: Sequence[tuple[Sequence[RunRecord], Sequence[RunRecord]]],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    *,
+    seed: int = 0,
+    n_boot: int = 500,
+    choice_repeats: int = 1,
+) -> dict[str, Any]:
+    """The same comparison for the views whose (train, test) pairs are not K folds (time,
+    benchmark): per pair, every candidate calibrated, and the per-group choice made, on its
+    calibration records (the pair's training runs scored out of fold by every candidate:
+    `failfast crossfit`'s calibration-<i>.parquet) and its test records stopped. What the bundle
+    would serve on later tasks or the other benchmark."""
+    lists = []
+    for cal, test in pairs:
+        cal, test = list(cal), list(test)
+        add_length_scores(cal)
+        add_length_scores(test)
+        lists.append((cal, test))
+    out = _candidates(
+        lists, tcfg, schedule, seed=seed, n_boot=n_boot, choice_repeats=choice_repeats
+    )
+    out["calibration"] = (
+        "each pair's training runs, scored out of fold by every candidate (inner instance folds)"
+    )
+    return out
+
+
+def _candidates(
+    pairs: Sequence[tuple[list[RunRecord], list[RunRecord]]],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    *,
+    seed: int,
+    n_boot: int,
+    choice_repeats: int,
+) -> dict[str, Any]:
+    """Per (calibration, test) pair: the stack fitted and every candidate calibrated on the
+    calibration runs, the per-group choice made on them, the test runs stopped; then the report
+    over the pooled test runs."""
+    targets = [float(t) for t in tcfg.targets]
+    have = set.intersection(*(set(r.scores) for _, test in pairs for r in test)) | {STACK}
+    candidates = [c for c in SIMPLE_FIRST if c in have]
+    names = [*candidates, SELECTED, SELECTED_PER_TARGET]
+    stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in names}
     choices: list[dict[str, Any]] = []
     refused: dict[str, dict[str, list[list[str]]]] = {}
     scored: list[RunRecord] = []
     no_stack: list[int] = []
-    for f in range(folds):
-        cal = [r for r, g in zip(records, fold, strict=True) if g != f]
-        test = [r for r, g in zip(records, fold, strict=True) if g == f]
+    for f, (cal, test) in enumerate(pairs):
         try:
             cal, stack = oof_stack(cal, schedule=schedule, group_by=tcfg.group_by, seed=seed)
             test = [with_score(r, STACK, stack.scores(r)) for r in test]
@@ -101,11 +151,6 @@ def crossfit_candidates(
             cal = [with_score(r, STACK, np.zeros(r.n_steps)) for r in cal]
             test = [with_score(r, STACK, np.zeros(r.n_steps)) for r in test]
         scored += test
-        if not candidates:
-            have = set.intersection(*(set(r.scores) for r in records)) | {STACK}
-            candidates = [c for c in SIMPLE_FIRST if c in have]
-            names = [*candidates, SELECTED, SELECTED_PER_TARGET]
-            stops = {c: {t: {} for t in targets} for c in names}
         tables = calibrated_tables(cal, candidates, tcfg, schedule)
         choice = select_per_group(
             cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1, repeats=choice_repeats

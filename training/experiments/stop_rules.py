@@ -55,6 +55,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "margin1.75": {"margin": 1.75, "adaptive_margin": None},
     "margin1": {"margin": 1.0, "adaptive_margin": None},
     # adaptiveC: a group with n resolved calibration runs at target / min(2, 1 + C / sqrt(n))
+    "adaptive4": {"margin": 2.0, "adaptive_margin": 4.0},
+    "adaptive5": {"margin": 2.0, "adaptive_margin": 5.0},
     "adaptive6": {"margin": 2.0, "adaptive_margin": 6.0},
     "adaptive8": {"margin": 2.0, "adaptive_margin": 8.0},
     "adaptive10": {"margin": 2.0, "adaptive_margin": 10.0},
@@ -73,10 +75,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def run_variant(
-    name: str, records: Sequence[RunRecord], cfg: Any, fold: np.ndarray, n_boot: int
+    name: str,
+    records: Sequence[RunRecord],
+    cfg: Any,
+    fold: np.ndarray | None,
+    n_boot: int,
+    *,
+    pairs: Sequence[tuple[Sequence[RunRecord], Sequence[RunRecord]]] | None = None,
 ) -> dict[str, Any]:
-    """The `calibrated` report of one variant (training.evaluate.candidates)."""
-    from training.evaluate.candidates import crossfit_candidates
+    """The `calibrated` report of one variant (training.evaluate.candidates): on the K folds
+    `fold` of `records`, or (a view without K folds) on its (calibration, test) `pairs`."""
+    from training.evaluate.candidates import crossfit_candidates, pair_candidates
 
     v = VARIANTS[name]
     tcfg = cfg.thresholds.model_copy(
@@ -85,6 +94,17 @@ def run_variant(
     sched = cfg.policy.schedule().model_copy(
         update={k: v[k] for k in ("persist", "min_steps", "every") if k in v}
     )
+    if pairs is not None:
+        if "scores" in v:
+            pairs = [(_map_scores(c, v["scores"]), _map_scores(t, v["scores"])) for c, t in pairs]
+        return pair_candidates(
+            pairs,
+            tcfg,
+            sched,
+            seed=cfg.data.split_seed,
+            n_boot=n_boot,
+            choice_repeats=v.get("repeats", 1),
+        )
     recs = _map_scores(records, v["scores"]) if "scores" in v else list(records)
     return crossfit_candidates(
         recs,
@@ -128,23 +148,29 @@ def line(name: str, row: dict[str, Any]) -> str:
 def compare(
     cfg: Any, folder: Path, variants: Sequence[str], *, folds: int, n_boot: int = 200
 ) -> str:
-    """Run `variants` on FOLDER/records.parquet (a K-fold view of `failfast crossfit`), add
-    them to FOLDER/stop_rules.json (written whole after each) and return the markdown table."""
+    """Run `variants` on FOLDER/records.parquet (a view of `failfast crossfit`: its K folds, or
+    the calibration records each pair of a time or benchmark view kept), add them to
+    FOLDER/stop_rules.json (written whole after each) and return the markdown table."""
     from monitor.atomic import atomic_write_text
     from training.data.records import load_records
     from training.evaluate.candidates import view_folds
+    from training.pipeline.crossfit import view_calibration
 
     if not (folder / "records.parquet").is_file():
         raise ValueError(f"{folder}: no records.parquet (write it with `failfast crossfit` first)")
     records = load_records(folder / "records.parquet")
     fold = view_folds(folder.name, records, folds, cfg.data.split_seed)
-    if fold is None:
-        raise ValueError(f"{folder}: {folder.name} is not a K-fold view (instance, repo)")
+    pairs = view_calibration(folder, records) if fold is None else None
+    if fold is None and pairs is None:
+        raise ValueError(
+            f"{folder}: {folder.name} is neither a K-fold view (instance, repo) nor a view that "
+            "kept its calibration records (calibration-<i>.parquet, pairs.json: cross-fit it again)"
+        )
     path = folder / "stop_rules.json"
     done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     for name in variants:
         t = time.perf_counter()
-        done[name] = summary(run_variant(name, records, cfg, fold, n_boot))
+        done[name] = summary(run_variant(name, records, cfg, fold, n_boot, pairs=pairs))
         done[name]["seconds"] = round(time.perf_counter() - t, 1)
         atomic_write_text(path, json.dumps(done, indent=1))
         log.info("%s: %s", name, line(name, done[name]))

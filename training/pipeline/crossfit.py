@@ -39,6 +39,9 @@ from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
 log = logging.getLogger(__name__)
 STEP_LIMIT = "step_limit"
 """The step count as a score: a step limit at equal FPR is the LoopBrake rule tuned on test."""
+K_FOLD_VIEWS = ("instance", "repo")
+"""Views whose test folds calibrate each other (training.evaluate.candidates); the others keep
+each pair's out-of-fold training records to calibrate on."""
 
 
 @dataclass
@@ -53,6 +56,10 @@ class CrossfitResult:
         thresholds: method -> per pair, the thresholds.json dict it was stopped with.
         seconds: wall time of each pair.
         probes: the (C, hidden scale) kept for each pair.
+        calibration: per pair of a view without K folds (time, benchmark), its training runs
+            scored out of fold by every candidate (the as-shipped comparison's calibration
+            runs); empty for the K-fold views, whose other folds' records calibrate.
+        pair_tests: the test run ids of each pair (with `calibration`).
     """
 
     view: str
@@ -62,6 +69,8 @@ class CrossfitResult:
     thresholds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     seconds: list[float] = field(default_factory=list)
     probes: list[dict[str, float]] = field(default_factory=list)
+    calibration: list[list[RunRecord]] = field(default_factory=list)
+    pair_tests: list[list[str]] = field(default_factory=list)
 
 
 def _criterion(records: Sequence[RunRecord]) -> float:
@@ -90,19 +99,35 @@ def _fit_on_training(
     return stages.fit_head(cfg, encoder.model, train, grid=[best[1]]), best[2]
 
 
+def _step_score(records: Sequence[RunRecord]) -> None:
+    """The step count as a score (STEP_LIMIT), in place."""
+    for r in records:
+        r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
+
+
 def _pair_records(
-    cfg: PipelineConfig, encoder: Encoder, train: Encoded, test: Encoded
+    cfg: PipelineConfig,
+    encoder: Encoder,
+    train: Encoded,
+    test: Encoded,
+    *,
+    oof_baselines: bool = False,
 ) -> tuple[list[RunRecord], list[RunRecord], tuple[float, float]]:
     """Fit the probe (grid selected out of fold) and the baselines on `train`; return the test
-    records (monitor, baselines, step count), the training runs' out-of-fold monitor records and
-    the (C, scale) kept."""
+    records (monitor, baselines, step count), the training runs' out-of-fold records (the
+    monitor's; with `oof_baselines` every candidate's, the baselines refitted per inner fold)
+    and the (C, scale) kept."""
     tc = cfg.train
     grid = [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C]
     head, calibration = _fit_on_training(cfg, encoder, train, grid)
     baselines = stages.fit_baselines(cfg, encoder, train, head)
     test_recs = stages.score_records(encoder, test, baselines)
-    for r in test_recs:
-        r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
+    _step_score(test_recs)
+    if oof_baselines and baselines:
+        extra = stages.train_oof_baselines(cfg, encoder.featuriser, train)
+        for i, r in enumerate(calibration):
+            r.scores.update({name: per_run[i] for name, per_run in extra.items()})
+        _step_score(calibration)
     return test_recs, calibration, (head.probe.C, head.probe.hidden_scale)
 
 
@@ -124,12 +149,17 @@ def crossfit_view(
         result.thresholds[name] = []
     for t in targets:
         result.loopbrake[t] = {}
-    for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=folds, seed=cfg.data.split_seed)):
+    pairs = view_pairs(view, data.runs, k=folds, seed=cfg.data.split_seed)
+    k_fold = view in K_FOLD_VIEWS
+    for i, (tr, te) in enumerate(pairs):
         t0 = time.perf_counter()
         test_recs, calibration, pair = _pair_records(
-            cfg, encoder, data.subset(list(tr)), data.subset(list(te))
+            cfg, encoder, data.subset(list(tr)), data.subset(list(te)), oof_baselines=not k_fold
         )
         result.probes.append({"C": pair[0], "hidden_scale": pair[1]})
+        if not k_fold:
+            result.calibration.append(calibration)
+            result.pair_tests.append([r.run_id for r in test_recs])
         for name, tcfg in methods.items():
             table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
             result.thresholds[name].append(table.to_json())
@@ -213,6 +243,10 @@ def run_crossfit(
             (folder / "stops.json").write_text(json.dumps(stops))
             (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
             (folder / "probes.json").write_text(json.dumps(res.probes))
+            for i, cal in enumerate(res.calibration):
+                save_records(folder / f"calibration-{i}.parquet", cal)
+            if res.pair_tests:
+                (folder / "pairs.json").write_text(json.dumps(res.pair_tests))
             summary[view] = write_view_report(cfg, folder, view, res.records, stops, folds=folds)
     if len(summary) > 1:
         plot_threshold_methods(summary, out / "threshold_methods.png")
@@ -231,7 +265,12 @@ def write_view_report(
     """FOLDER/report.json and report.md of one view from its records and stops: the crossfit
     report, and (K-fold views) every candidate calibrated as shipped with the per-group choice
     (training.evaluate.candidates)."""
-    from training.evaluate.candidates import candidates_markdown, crossfit_candidates, view_folds
+    from training.evaluate.candidates import (
+        candidates_markdown,
+        crossfit_candidates,
+        pair_candidates,
+        view_folds,
+    )
     from training.evaluate.crossfit_plots import plot_threshold_methods
     from training.evaluate.crossfit_report import crossfit_report, report_markdown
 
@@ -251,11 +290,34 @@ def write_view_report(
             records, cfg.thresholds, schedule, fold=fold, seed=cfg.data.split_seed,
             n_boot=cfg.evaluate.n_boot,
         )  # fmt: skip
+    elif (pairs := view_calibration(folder, records)) is not None:
+        report["calibrated"] = pair_candidates(
+            pairs, cfg.thresholds, schedule, seed=cfg.data.split_seed, n_boot=cfg.evaluate.n_boot
+        )
+    if "calibrated" in report:
         md += "\n" + candidates_markdown(report["calibrated"])
     (folder / "report.json").write_text(json.dumps(report, indent=1))
     (folder / "report.md").write_text(md)
     plot_threshold_methods({view: report}, folder / "threshold_methods.png")
     return report
+
+
+def view_calibration(
+    folder: Path, records: Sequence[RunRecord]
+) -> list[tuple[list[RunRecord], list[RunRecord]]] | None:
+    """(calibration, test) records of each pair of a view without K folds, from FOLDER's
+    calibration-<i>.parquet and pairs.json (None when the view did not write them: a K-fold
+    view, or one cross-fitted before they were kept)."""
+    from training.data.records import load_records
+
+    if not (folder / "pairs.json").exists():
+        return None
+    by_id = {r.run_id: r for r in records}
+    tests = json.loads((folder / "pairs.json").read_text())
+    return [
+        (load_records(folder / f"calibration-{i}.parquet"), [by_id[x] for x in ids])
+        for i, ids in enumerate(tests)
+    ]
 
 
 def rereport(cfg: PipelineConfig, out: str | Path, *, views: Sequence[str], folds: int) -> None:
