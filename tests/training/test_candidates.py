@@ -317,3 +317,17 @@ def test_stop_rule_variants_run_on_a_time_views_calibration_records(
     for key in ("0.05", "0.1"):
         assert got["margin1"][key]["monitor"]["saved"] >= got["base"][key]["monitor"]["saved"]
         assert got["base"][key]["selected"]["fpr_max"] <= 1.0
+
+
+def test_a_target_no_inner_fold_can_fit_takes_the_groups_choice_over_targets() -> None:
+    # 30 resolved runs: an inner fold's 24 fit 10% at margin 2 (5% of them) but not 5% (2.5%):
+    # at 5% every candidate is refused held out and saves 0, which is no evidence for the
+    # simplest rule; the group's choice over the targets (the informative LM probe) serves there
+    cal = _runs("a", 60, informative="monitor", seed=3)
+    add_length_scores(cal)
+    cands = [STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor"]
+    choice = select_per_group(cal, cands, _tcfg(), SCHED, targets=[0.05, 0.1])["a"]
+    assert all(v["0.05"]["saved"] == 0.0 for v in choice["inner"].values())
+    assert choice["chosen"] == "monitor"
+    assert choice["no_evidence"] == ["0.05"]
+    assert choice["chosen_by_target"] == {"0.05": "monitor", "0.1": "monitor"}

@@ -7,8 +7,11 @@ procedure) on all folds but one and stops the held-out fold, so every calibratio
 stopped once by thresholds that never saw it. Per group, the candidate saving the most tokens on
 those stops (mean over the targets) wins, unless a simpler candidate is within `tie` of it
 (simple rule wins ties); a candidate whose held-out FPR passes 1.5x a target is out.
-`chosen_by_target` makes the same choice for each target alone. The test runs are never looked
-at.
+`chosen_by_target` makes the same choice for each target alone; at a target where no candidate
+stops a single held-out run (each inner fold has too few resolved runs to fit it: every
+candidate refused, all tied at 0), that is no evidence for the simplest rule, and the group's
+choice over all targets serves it there (`no_evidence` lists those targets). The test runs are
+never looked at.
 """
 
 from __future__ import annotations
@@ -145,15 +148,21 @@ def select_per_group(
         best = max(mean_saved.values()) if mean_saved else 0.0
         chosen = next((c for c in order if c in mean_saved and mean_saved[c] >= best - tie), None)
         by_target = {}
+        no_evidence = []
         for key_t, t in keys:
             ok_t = {
                 c: saved(c, key_t) for c in inner[g] if key_t in inner[g][c] and ok(c, key_t, t)
             }
             top = max(ok_t.values()) if ok_t else 0.0
+            if chosen is not None and top <= 0.0:  # nothing stopped held out at this target
+                by_target[key_t] = chosen
+                no_evidence.append(key_t)
+                continue
             by_target[key_t] = next((c for c in order if c in ok_t and ok_t[c] >= top - tie), None)
         out[g] = {
             "chosen": chosen,
             "chosen_by_target": by_target,
+            "no_evidence": no_evidence,
             "inner": inner[g],
             "mean_saved": mean_saved,
         }
