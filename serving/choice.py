@@ -132,6 +132,11 @@ class Choice:
         if not math.isfinite(th.stop):
             return probe(f"the LM probe: the chosen {name} has no threshold at {target:g}")
         why = f"{name}: it saved the most tokens on held-out calibration runs of this group"
+        if target_key(target) in (entry.get("no_evidence") or ()):
+            why = (
+                f"{name}: chosen over all targets (no candidate stopped a held-out calibration "
+                f"run of this group at {target:g})"
+            )
         return dataclasses.replace(th, scorer=name, why=why)
 
     def needs_monitor(self, name: str) -> bool:

@@ -201,6 +201,14 @@ def test_the_lm_probe_serves_when_the_choice_cannot(base: Path, tmp_path: Path) 
     th = Scorer.load(bundle, threads=1).served("swe-agent")
     assert th.scorer == "monitor"
     assert "no threshold" in th.why
+    # chosen over all targets where the held-out runs gave no evidence at the target: it says so
+    evid = copy.deepcopy(cands)
+    evid["chosen"]["mini-swe-agent"]["no_evidence"] = ["0.05"]
+    th = Scorer.load(_bundle(tmp_path / "e", base, evid), threads=1).served("mini-swe-agent")
+    assert th.scorer == "tfidf_lr"
+    assert "chosen over all targets" in th.why
+    th = Scorer.load(_bundle(tmp_path / "f", base, cands), threads=1).served("mini-swe-agent")
+    assert "saved the most tokens" in th.why
     # an unknown group, a candidate without parameters, an unlisted file: the LM probe
     assert Scorer.load(bundle, threads=1).served("openhands").scorer == "monitor"
     no_params = {**cands, "params": {}}

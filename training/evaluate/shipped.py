@@ -146,13 +146,15 @@ def shipped_candidates(
         g: {
             "scorer": c["chosen"] or "monitor",
             "by_target": c.get("chosen_by_target", {}),
+            "no_evidence": c.get("no_evidence", []),
             "held_out_saved": c["mean_saved"],
         }
         for g, c in choice.items()
     }
     out["why"] = (
-        "per group, the candidate saving the most tokens on calibration runs held out of its "
-        "thresholds (mean over the targets; a simpler one within 0.5 points wins)"
+        "per group and target, the candidate saving the most tokens on calibration runs held out "
+        "of its thresholds (a simpler one within 0.5 points wins); at a target where none stopped "
+        "a held-out run (no_evidence), the group's choice over all targets"
     )
     return out
 
