@@ -147,8 +147,8 @@ def select_per_group(
         }
         best = max(mean_saved.values()) if mean_saved else 0.0
         chosen = next((c for c in order if c in mean_saved and mean_saved[c] >= best - tie), None)
-        by_target = {}
-        no_evidence = []
+        by_target: dict[str, str | None] = {}
+        no_evidence: list[str] = []
         for key_t, t in keys:
             ok_t = {
                 c: saved(c, key_t) for c in inner[g] if key_t in inner[g][c] and ok(c, key_t, t)
