@@ -132,7 +132,8 @@ def test_threshold_methods_plot_draws_every_view_and_target(tmp_path):
 def test_time_view_keeps_calibration_records_and_reports_the_served_choice(
     tiny_model_dir, tmp_path
 ):
-    from training.pipeline.crossfit import rereport, run_crossfit
+    from training.pipeline.crossfit import run_crossfit
+    from training.pipeline.view_report import rereport
 
     runs = make_runs(40, seed=4)
     for run in runs:  # two repositories, numbered issues: the time view's earlier and later half

@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def handler(args: argparse.Namespace) -> int:
         from training.config import load_pipeline_config
-        from training.pipeline.crossfit import main, rereport
+        from training.pipeline.crossfit import main
+        from training.pipeline.view_report import rereport
 
         cfg = load_pipeline_config(args.config, args.override)
         if args.stop_rules:

@@ -177,20 +177,6 @@ def _candidates(
     return out
 
 
-def view_folds(view: str, records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray | None:
-    """The fold of each record under a K-fold view (instance, repo), as `failfast crossfit`
-    drew them (both read only instance ids); None for the views without K folds."""
-    from typing import cast
-
-    from training.data.folds import instance_folds, repo_folds
-
-    if view == "instance":
-        return instance_folds(cast(Any, records), k, seed=seed)
-    if view == "repo":
-        return repo_folds(cast(Any, records), k)
-    return None
-
-
 def _report(
     records: list[RunRecord],
     stops: dict[str, dict[float, Stops]],

@@ -61,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from training.config import load_pipeline_config
     from training.data.records import load_records
     from training.data.runs import labelled_runs, load_runs
-    from training.evaluate.candidates import crossfit_candidates, view_folds
+    from training.evaluate.candidates import crossfit_candidates
+    from training.evaluate.views import view_folds
     from training.experiments.stop_rules import summary
     from training.pipeline.encode import encode, load_encoder
 

@@ -153,8 +153,7 @@ def compare(
     FOLDER/stop_rules.json (written whole after each) and return the markdown table."""
     from monitor.atomic import atomic_write_text
     from training.data.records import load_records
-    from training.evaluate.candidates import view_folds
-    from training.pipeline.crossfit import view_calibration
+    from training.evaluate.views import view_calibration, view_folds
 
     if not (folder / "records.parquet").is_file():
         raise ValueError(f"{folder}: no records.parquet (write it with `failfast crossfit` first)")

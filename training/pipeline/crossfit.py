@@ -32,16 +32,16 @@ from training.data.folds import view_pairs
 from training.data.records import RunRecord, save_records
 from training.data.runs import balanced_subset, labelled_runs, load_runs
 from training.evaluate.auroc import auroc_report
+from training.evaluate.calibrated import STEP_LIMIT, length_scores
 from training.evaluate.stops import Stops, score_stops
+from training.evaluate.views import K_FOLD_VIEWS
 from training.pipeline import stages
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
+from training.pipeline.view_report import write_view_report
 
 log = logging.getLogger(__name__)
-STEP_LIMIT = "step_limit"
-"""The step count as a score: a step limit at equal FPR is the LoopBrake rule tuned on test."""
-K_FOLD_VIEWS = ("instance", "repo")
-"""Views whose test folds calibrate each other (training.evaluate.candidates); the others keep
-each pair's out-of-fold training records to calibrate on."""
+# STEP_LIMIT: the step count as a score; a step limit at equal FPR is the LoopBrake rule tuned
+# on test.
 
 
 @dataclass
@@ -99,10 +99,10 @@ def _fit_on_training(
     return stages.fit_head(cfg, encoder.model, train, grid=[best[1]]), best[2]
 
 
-def _step_score(records: Sequence[RunRecord]) -> None:
-    """The step count as a score (STEP_LIMIT), in place."""
+def add_step_score(records: Sequence[RunRecord]) -> None:
+    """The step count as a score (STEP_LIMIT, the length rule's score), in place."""
     for r in records:
-        r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
+        r.scores[STEP_LIMIT] = length_scores(r)[STEP_LIMIT]
 
 
 def _pair_records(
@@ -122,12 +122,12 @@ def _pair_records(
     head, calibration = _fit_on_training(cfg, encoder, train, grid)
     baselines = stages.fit_baselines(cfg, encoder, train, head)
     test_recs = stages.score_records(encoder, test, baselines)
-    _step_score(test_recs)
+    add_step_score(test_recs)
     if oof_baselines and baselines:
         extra = stages.train_oof_baselines(cfg, encoder.featuriser, train)
         for i, r in enumerate(calibration):
             r.scores.update({name: per_run[i] for name, per_run in extra.items()})
-        _step_score(calibration)
+        add_step_score(calibration)
     return test_recs, calibration, (head.probe.C, head.probe.hidden_scale)
 
 
@@ -251,82 +251,3 @@ def run_crossfit(
     if len(summary) > 1:
         plot_threshold_methods(summary, out / "threshold_methods.png")
     return summary
-
-
-def write_view_report(
-    cfg: PipelineConfig,
-    folder: Path,
-    view: str,
-    records: list[RunRecord],
-    stops: Mapping[str, Any],
-    *,
-    folds: int,
-) -> dict[str, Any]:
-    """FOLDER/report.json and report.md of one view from its records and stops: the crossfit
-    report, and (K-fold views) every candidate calibrated as shipped with the per-group choice
-    (training.evaluate.candidates)."""
-    from training.evaluate.candidates import (
-        candidates_markdown,
-        crossfit_candidates,
-        pair_candidates,
-        view_folds,
-    )
-    from training.evaluate.crossfit_plots import plot_threshold_methods
-    from training.evaluate.crossfit_report import crossfit_report, report_markdown
-
-    schedule = cfg.policy.schedule()
-    report = crossfit_report(
-        records,
-        stops["methods"],
-        stops["loopbrake"],
-        view=view,
-        schedule=schedule,
-        n_boot=cfg.evaluate.n_boot,
-    )
-    md = report_markdown(report)
-    fold = view_folds(view, records, folds, cfg.data.split_seed)
-    if fold is not None:
-        report["calibrated"] = crossfit_candidates(
-            records, cfg.thresholds, schedule, fold=fold, seed=cfg.data.split_seed,
-            n_boot=cfg.evaluate.n_boot,
-        )  # fmt: skip
-    elif (pairs := view_calibration(folder, records)) is not None:
-        report["calibrated"] = pair_candidates(
-            pairs, cfg.thresholds, schedule, seed=cfg.data.split_seed, n_boot=cfg.evaluate.n_boot
-        )
-    if "calibrated" in report:
-        md += "\n" + candidates_markdown(report["calibrated"])
-    (folder / "report.json").write_text(json.dumps(report, indent=1))
-    (folder / "report.md").write_text(md)
-    plot_threshold_methods({view: report}, folder / "threshold_methods.png")
-    return report
-
-
-def view_calibration(
-    folder: Path, records: Sequence[RunRecord]
-) -> list[tuple[list[RunRecord], list[RunRecord]]] | None:
-    """(calibration, test) records of each pair of a view without K folds, from FOLDER's
-    calibration-<i>.parquet and pairs.json (None when the view did not write them: a K-fold
-    view, or one cross-fitted before they were kept)."""
-    from training.data.records import load_records
-
-    if not (folder / "pairs.json").exists():
-        return None
-    by_id = {r.run_id: r for r in records}
-    tests = json.loads((folder / "pairs.json").read_text())
-    return [
-        (load_records(folder / f"calibration-{i}.parquet"), [by_id[x] for x in ids])
-        for i, ids in enumerate(tests)
-    ]
-
-
-def rereport(cfg: PipelineConfig, out: str | Path, *, views: Sequence[str], folds: int) -> None:
-    """Write each view's report again from OUT/<view>/records.parquet and stops.json (no
-    encoding, no fitting)."""
-    from training.data.records import load_records
-
-    for view in views:
-        folder = Path(out) / view
-        stops = json.loads((folder / "stops.json").read_text())
-        records = load_records(folder / "records.parquet")
-        write_view_report(cfg, folder, view, records, stops, folds=folds)

@@ -46,13 +46,13 @@ from training.evaluate.auroc import _auroc
 from training.evaluate.stops import score_stops
 from training.pipeline import stages
 from training.pipeline.crossfit import (
-    STEP_LIMIT,
     CrossfitResult,
     _fit_on_training,
+    add_step_score,
     default_methods,
-    write_view_report,
 )
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
+from training.pipeline.view_report import write_view_report
 
 log = logging.getLogger(__name__)
 LIVE_STEPS = (5, 10)
@@ -204,8 +204,7 @@ def crossfit_lora(
         )
         calibration = stages.monitor_records(fresh.model, cal_t)
         test_recs = stages.score_records(fresh, test_t, baselines)
-        for r in test_recs:
-            r.scores[STEP_LIMIT] = np.arange(1, r.n_steps + 1, dtype=np.float64) / 1e4
+        add_step_score(test_recs)
         for name, tcfg in methods.items():
             table = stages.calibrate(cfg.model_copy(update={"thresholds": tcfg}), calibration)
             res.thresholds[name].append(table.to_json())
