@@ -20,6 +20,13 @@ from training.data.records import RunRecord, load_records
 K_FOLD_VIEWS = ("instance", "repo")
 """Views whose test folds calibrate each other (training.evaluate.candidates); the others keep
 each pair's out-of-fold training records to calibrate on."""
+PAIRS_JSON = "pairs.json"
+"""The test run ids of each pair of a view without K folds, in pair order."""
+
+
+def calibration_file(folder: Path, i: int) -> Path:
+    """Pair i's calibration records (its training runs scored out of fold) in a view's folder."""
+    return folder / f"calibration-{i}.parquet"
 
 
 def view_folds(view: str, records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray | None:
@@ -40,11 +47,11 @@ def view_calibration(
     """(calibration, test) records of each pair of a view without K folds, from FOLDER's
     calibration-<i>.parquet and pairs.json (None when the view did not write them: a K-fold
     view, or one cross-fitted before they were kept)."""
-    if not (folder / "pairs.json").exists():
+    if not (folder / PAIRS_JSON).exists():
         return None
     by_id = {r.run_id: r for r in records}
-    tests = json.loads((folder / "pairs.json").read_text())
+    tests = json.loads((folder / PAIRS_JSON).read_text())
     return [
-        (load_records(folder / f"calibration-{i}.parquet"), [by_id[x] for x in ids])
+        (load_records(calibration_file(folder, i)), [by_id[x] for x in ids])
         for i, ids in enumerate(tests)
     ]

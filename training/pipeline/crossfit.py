@@ -34,14 +34,12 @@ from training.data.runs import balanced_subset, labelled_runs, load_runs
 from training.evaluate.auroc import auroc_report
 from training.evaluate.calibrated import STEP_LIMIT, length_scores
 from training.evaluate.stops import Stops, score_stops
-from training.evaluate.views import K_FOLD_VIEWS
+from training.evaluate.views import K_FOLD_VIEWS, PAIRS_JSON, calibration_file
 from training.pipeline import stages
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
 from training.pipeline.view_report import write_view_report
 
 log = logging.getLogger(__name__)
-# STEP_LIMIT: the step count as a score; a step limit at equal FPR is the LoopBrake rule tuned
-# on test.
 
 
 @dataclass
@@ -244,9 +242,9 @@ def run_crossfit(
             (folder / "thresholds.json").write_text(json.dumps(res.thresholds, indent=1))
             (folder / "probes.json").write_text(json.dumps(res.probes))
             for i, cal in enumerate(res.calibration):
-                save_records(folder / f"calibration-{i}.parquet", cal)
+                save_records(calibration_file(folder, i), cal)
             if res.pair_tests:
-                (folder / "pairs.json").write_text(json.dumps(res.pair_tests))
+                (folder / PAIRS_JSON).write_text(json.dumps(res.pair_tests))
             summary[view] = write_view_report(cfg, folder, view, res.records, stops, folds=folds)
     if len(summary) > 1:
         plot_threshold_methods(summary, out / "threshold_methods.png")

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from monitor.atomic import atomic_write_text
 from training.config import PipelineConfig
 from training.data.records import RunRecord, load_records
 from training.evaluate.views import view_calibration, view_folds
@@ -62,8 +63,9 @@ def write_view_report(
         )
     if "calibrated" in report:
         md += "\n" + candidates_markdown(report["calibrated"])
-    (folder / "report.json").write_text(json.dumps(report, indent=1))
-    (folder / "report.md").write_text(md)
+    # whole or not at all: `rereport` overwrites a view's reports in place
+    atomic_write_text(folder / "report.json", json.dumps(report, indent=1))
+    atomic_write_text(folder / "report.md", md)
     plot_threshold_methods({view: report}, folder / "threshold_methods.png")
     return report
 
