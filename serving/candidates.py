@@ -127,6 +127,8 @@ class TfidfLR:
             (text lowercased first, as scikit-learn's CountVectorizer does by default).
         text: the pieces it counts (None: the featuriser's window pieces, as bundles written
             before PieceText count them).
+        ngram_max: longest word n-gram counted, each formed within one piece as scikit-learn
+            forms it (terms joined by one space); 1 in bundles written before it.
     """
 
     vocabulary: dict[str, int]
@@ -135,17 +137,24 @@ class TfidfLR:
     intercept: float
     token_pattern: str = r"(?u)\b\w\w+\b"
     text: PieceText | None = None
+    ngram_max: int = 1
 
     def __post_init__(self) -> None:
         self._re = re.compile(self.token_pattern)
 
     def piece_counts(self, piece: str) -> dict[int, float]:
-        """Vocabulary column -> count of one rendered piece's terms."""
+        """Vocabulary column -> count of one rendered piece's terms (words, then word n-grams up
+        to `ngram_max`)."""
         out: dict[int, float] = {}
-        for term in self._re.findall(piece.lower()):
-            j = self.vocabulary.get(term)
-            if j is not None:
-                out[j] = out.get(j, 0.0) + 1.0
+        words = self._re.findall(piece.lower())
+        for n in range(1, self.ngram_max + 1):
+            terms = (
+                words if n == 1 else (" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+            )
+            for term in terms:
+                j = self.vocabulary.get(term)
+                if j is not None:
+                    out[j] = out.get(j, 0.0) + 1.0
         return out
 
     def logit_counts(self, counts: Mapping[int, float]) -> float:
@@ -183,6 +192,7 @@ class TfidfLR:
             "intercept": self.intercept,
             "token_pattern": self.token_pattern,
             **({"text": self.text.to_json()} if self.text is not None else {}),
+            **({"ngram_max": self.ngram_max} if self.ngram_max != 1 else {}),
         }
 
     @classmethod
@@ -194,4 +204,5 @@ class TfidfLR:
             float(d["intercept"]),
             str(d.get("token_pattern", r"(?u)\b\w\w+\b")),
             PieceText.from_json(d["text"]) if d.get("text") is not None else None,
+            int(d.get("ngram_max", 1)),
         )

@@ -127,6 +127,9 @@ class TrainConfig(StrictModel):
     """Inverse L2 strength of the TF-IDF baseline."""
     tfidf_max_features: int = Field(20000, ge=10)
     """TF-IDF vocabulary size."""
+    tfidf_ngram_max: int = Field(1, ge=1, le=3)
+    """Longest word n-gram the TF-IDF baseline counts (1: words only; 2 adds word pairs, formed
+    within a rendered piece, as the served TfidfLR forms them)."""
     tfidf_max_prefixes_per_run: int = Field(8, ge=1)
     """Training prefixes per run for the TF-IDF baseline (bounds its memory)."""
     tfidf_text: TfidfTextConfig | None = None

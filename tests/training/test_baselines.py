@@ -105,3 +105,35 @@ def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, ru
     assert TfidfLR.from_json(old).text is None  # a bundle written before PieceText
     with pytest.raises(ValueError, match="unknown fields"):
         PieceText.from_json({"task_chars": 1, "obs_chars": 2})
+
+
+def test_word_pairs_are_counted_within_pieces_alike_in_training_and_serving(featuriser, runs):
+    """`train.tfidf_ngram_max: 2`: the served TfidfLR forms the fitted pipeline's word pairs
+    (within each piece) and gives its scores, also after a JSON round trip; a bundle's JSON
+    without `ngram_max` reads as words only."""
+    import json
+
+    from serving.candidates import TfidfLR
+    from training.export.candidates import baseline_params
+
+    ex = prefix_examples(runs, schedule=EVERY_STEP)
+    steps = [ex.step[ex.run == i] for i in range(len(runs))]
+    w = [ex.weight[ex.run == i] for i in range(len(runs))]
+    y = [0 if r.resolved else 1 for r in runs]
+    tf = bl.fit_tfidf_lr(featuriser, runs, steps, y, w, ngram_max=2)
+    vocab = tf.named_steps["counts"].vocabulary_
+    assert any(" " in t for t in vocab)
+    params = json.loads(json.dumps(baseline_params({"tfidf_lr": tf})))
+    assert params["tfidf_lr"]["ngram_max"] == 2
+    served = TfidfLR.from_json(params["tfidf_lr"])
+    for r in runs[:4]:
+        np.testing.assert_allclose(
+            served.scores(bl.run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
+            rtol=1e-9, atol=1e-12,
+        )  # fmt: skip
+    words = dict(params["tfidf_lr"])
+    del words["ngram_max"]
+    assert TfidfLR.from_json(words).ngram_max == 1
+    pair = next(t for t in vocab if " " in t)
+    assert served.piece_counts("\n" + pair.upper() + "\n").get(vocab[pair]) == 1.0
+    assert vocab[pair] not in TfidfLR.from_json(words).piece_counts("\n" + pair + "\n")

@@ -83,6 +83,7 @@ def fit_tfidf_lr(
     max_features: int = 20000,
     C: float = 1.0,
     text: PieceText | None = None,
+    ngram_max: int = 1,
 ) -> Pipeline:
     """Fit the TF-IDF baseline.
 
@@ -95,12 +96,19 @@ def fit_tfidf_lr(
         max_features: vocabulary size (terms by corpus frequency, fitted on whole runs).
         C: inverse L2 strength.
         text: the pieces counted (None: the featuriser's); kept on the pipeline as `piece_text`.
+        ngram_max: longest word n-gram counted (n-grams never span two pieces: each piece is
+            counted on its own and prefixes add up pieces).
     """
     vec = CountVectorizer(
-        max_features=max_features, token_pattern=r"(?u)\b\w\w+\b", dtype=np.float64
+        max_features=max_features,
+        token_pattern=r"(?u)\b\w\w+\b",
+        ngram_range=(1, ngram_max),
+        dtype=np.float64,
     )
     pieces = [run_pieces(featuriser, r, text) for r in runs]
-    vec.fit(["".join(p) for p in pieces])
+    # Fitted piece by piece, as prefixes are counted: the same total term counts (hence the same
+    # vocabulary) for words, and no n-gram spanning two pieces takes a slot.
+    vec.fit([piece for p in pieces for piece in p])
     rows, labels, weights = [], [], []
     for p, ks, label, wk in zip(pieces, steps, y, w, strict=True):
         if len(ks) == 0:
@@ -167,6 +175,7 @@ def fit_baselines(
         max_features=tc.tfidf_max_features,
         C=tc.tfidf_C,
         text=piece_text(tc),
+        ngram_max=tc.tfidf_ngram_max,
     )
     return pipes
 

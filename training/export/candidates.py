@@ -26,6 +26,8 @@ def tfidf_params(pipe: Any) -> TfidfLR:
     vec, tfidf, lr = (pipe.named_steps[n] for n in ("counts", "tfidf", "lr"))
     if not (vec.lowercase and tfidf.sublinear_tf and tfidf.norm == "l2" and tfidf.use_idf):
         raise ValueError("tfidf_params: only the lowercase, sublinear, l2, idf pipeline is served")
+    if vec.analyzer != "word" or vec.ngram_range[0] != 1 or vec.stop_words is not None:
+        raise ValueError("tfidf_params: only word n-grams from 1, without stop words, are served")
     return TfidfLR(
         {str(t): int(j) for t, j in vec.vocabulary_.items()},
         np.asarray(tfidf.idf_, dtype=np.float64),
@@ -33,6 +35,7 @@ def tfidf_params(pipe: Any) -> TfidfLR:
         float(lr.intercept_[0]),
         vec.token_pattern,
         getattr(pipe, "piece_text", None),  # set by fit_tfidf_lr; None on older pipelines
+        int(vec.ngram_range[1]),
     )
 
 
