@@ -124,14 +124,18 @@ class TrainConfig(StrictModel):
     signals_C: float = Field(1.0, gt=0)
     """Inverse L2 strength of the signals baseline."""
     tfidf_C: float = Field(1.0, gt=0)
-    """Inverse L2 strength of the TF-IDF baseline."""
+    """Inverse L2 strength of the TF-IDF baseline (4 lost cross-fitted: RESULTS.md, eleventh
+    round)."""
     tfidf_max_features: int = Field(20000, ge=10)
     """TF-IDF vocabulary size."""
     tfidf_ngram_max: int = Field(1, ge=1, le=3)
     """Longest word n-gram the TF-IDF baseline counts (1: words only; 2 adds word pairs, formed
-    within a rendered piece, as the served TfidfLR forms them)."""
+    within a rendered piece, as the served TfidfLR forms them). 1 as shipped: pairs (40,000
+    terms) gained nothing cross-fitted and lost 4.3 points at 10% on later tasks (docs/RESULTS.md,
+    eleventh round)."""
     tfidf_max_prefixes_per_run: int = Field(8, ge=1)
-    """Training prefixes per run for the TF-IDF baseline (bounds its memory)."""
+    """Training prefixes per run for the TF-IDF baseline (bounds its memory; 16 lost cross-fitted:
+    RESULTS.md, eleventh round)."""
     tfidf_text: TfidfTextConfig | None = None
     """The TF-IDF baseline's own text (e.g. `{}` for TfidfTextConfig's defaults); null: the
     featuriser's window pieces. Off by default: cross-fitted, the longer text made TF-IDF and the
