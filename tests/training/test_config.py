@@ -35,3 +35,41 @@ def test_overrides_and_unknown_keys(tmp_path):
     bad.write_text("train:\n  learning_rate: 0.1\n")
     with pytest.raises(ConfigError, match="learning_rate"):
         load_pipeline_config(bad)
+
+
+def test_extends_lays_a_file_over_another_key_by_key(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "model:\n  n_layers: 4\n  pooling: last+mean\ntrain:\n  probe_C: [0.1, 1.0]\n"
+        "export:\n  target: 0.1\n"
+    )
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "child.yaml").write_text(
+        "extends: ../base.yaml\nmodel:\n  n_layers: null\ntrain:\n  probe_C: [0.03]\n"
+    )
+    cfg = load_pipeline_config(sub / "child.yaml", ["train.lr=0.002"])
+    assert cfg.model.n_layers is None  # the child's null wins over the base's 4
+    assert cfg.model.pooling == "last+mean"  # a key the child leaves alone is the base's
+    assert cfg.train.probe_C == [0.03]  # lists are replaced, not joined
+    assert cfg.train.lr == pytest.approx(0.002)  # overrides apply last
+
+
+def test_extends_errors_name_the_files(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("extends: b.yaml\n")
+    b.write_text("extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_pipeline_config(a)
+    c = tmp_path / "c.yaml"
+    c.write_text("extends: nowhere.yaml\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: extends 'nowhere\.yaml'"):
+        load_pipeline_config(c)
+    d = tmp_path / "d.yaml"
+    d.write_text("extends: [a.yaml, b.yaml]\n")
+    with pytest.raises(ConfigError, match="must name one config file"):
+        load_pipeline_config(d)
+    e = tmp_path / "e.yaml"
+    e.write_text("extends: base.yaml\n")
+    (tmp_path / "base.yaml").write_text("train:\n  learning_rate: 1\n")
+    with pytest.raises(ConfigError, match="learning_rate"):  # the merged result is still checked
+        load_pipeline_config(e)

@@ -31,3 +31,10 @@ def test_a_bad_export_section_names_the_file(tmp_path) -> None:
     (tmp_path / "config.yaml").write_text("export:\n  target: 2\n")
     with pytest.raises(ConfigError, match="config.yaml: export section"):
         export_config(None, tmp_path, flags())
+
+
+def test_the_export_section_of_an_extended_config(tmp_path) -> None:
+    (tmp_path / "base.yaml").write_text("export:\n  int8: true\n  target: 0.1\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nexport:\n  target: 0.02\n")
+    cfg = export_config(str(tmp_path / "child.yaml"), None, flags())
+    assert (cfg.int8, cfg.target) == (True, 0.02)

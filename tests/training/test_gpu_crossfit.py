@@ -127,3 +127,4 @@ def test_gpu_config_tunes_every_layer_on_every_run():
     assert cfg.featurise == quick.featurise
     assert cfg.thresholds == quick.thresholds
     assert cfg.policy == quick.policy
+    assert cfg.train.tfidf_text == quick.train.tfidf_text  # the same baselines, by `extends`

@@ -135,6 +135,7 @@ def export_config(
     import yaml
     from pydantic import ValidationError
 
+    from monitor.config import read_config_data
     from monitor.errors import ConfigError
     from training.config import ExportConfig
 
@@ -145,7 +146,7 @@ def export_config(
     section: dict = {}
     try:
         if path is not None:
-            section = dict((yaml.safe_load(path.read_text()) or {}).get("export") or {})
+            section = dict(read_config_data(path).get("export") or {})
         return ExportConfig.model_validate(
             {**section, **{k: v for k, v in flags.items() if v is not None}}
         )
