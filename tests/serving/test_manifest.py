@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from monitor.errors import BundleError
 from monitor.schedule import Schedule
@@ -26,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_defined_once_and_are_the_shipped_configs() -> None:
+    from monitor.config import read_config_data
     from training.config import EvalConfig, ExportConfig, ThresholdConfig
 
     cfg = ThresholdConfig()
@@ -36,7 +36,8 @@ def test_defaults_are_defined_once_and_are_the_shipped_configs() -> None:
     )
     assert ExportConfig().target == EvalConfig().target_fpr == Manifest().target == DEFAULT_TARGET
     for path in sorted((ROOT / "configs").glob("*.yaml")):
-        th = ThresholdConfig.model_validate(yaml.safe_load(path.read_text())["thresholds"])
+        data = read_config_data(path)  # `extends:` resolved (gpu-crossfit.yaml extends quick)
+        th = ThresholdConfig.model_validate(data["thresholds"])
         assert (th.group_by, th.margin, th.fallback) == (
             DEFAULT_GROUP_BY,
             DEFAULT_MARGIN,
