@@ -131,8 +131,8 @@ def export_config(
     config: str | None, train_dir: Path | None, args: argparse.Namespace
 ) -> ExportConfig:
     """The `export:` section of `config` (else of the training output's config.yaml, else the
-    defaults), with the flags the user gave on top."""
-    import yaml
+    defaults), with the flags the user gave on top. An unreadable file is read_config_data's
+    ConfigError; a bad section is named here."""
     from pydantic import ValidationError
 
     from monitor.config import read_config_data
@@ -150,7 +150,7 @@ def export_config(
         return ExportConfig.model_validate(
             {**section, **{k: v for k, v in flags.items() if v is not None}}
         )
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError) as e:
+    except (AttributeError, TypeError, ValueError) as e:
         where = f"{path}: export section" if path is not None else "export flags"
         detail = e.errors()[0]["msg"] if isinstance(e, ValidationError) else e
         raise ConfigError(f"{where}: {detail}") from e
