@@ -10,7 +10,7 @@ shared machine), the ratio to the first engine, the features' relative error aga
 engine, and peak resident memory. Usage:
 
     python bench/bench_features.py [--layers 4] [--runs 24] \
-        [--engines torch:float32 torch:bfloat16 ort-fp32 ort-int8] [--repeats 2]
+        [--engines torch:float32 torch:bfloat16 ort-fp32 ort-int8 ort-int8:split] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _engine(name: str, base: str, n: int, pooling: str, threads: int, work: Path) -> Any:
-    """What encode_windows runs for one engine name ("torch:<dtype>", "ort-fp32", "ort-int8")."""
+    """What encode_windows runs for one engine name ("torch:<dtype>", "ort-fp32", "ort-int8";
+    "ort-...:split" runs one window at a time on all threads instead of a window per thread)."""
     if name.startswith("torch"):
         dtype = name.split(":", 1)[1] if ":" in name else "float32"
         return build_classifier(base, n, [], dtype, pooling=pooling).eval()
     from training.export.features_graph import OrtFeatures
 
     model = build_classifier(base, n, [], "float32", pooling=pooling).eval()
-    return OrtFeatures(model, work / f"{name}-L{n}", name, threads)
+    engine, _, mode = name.partition(":")
+    return OrtFeatures(
+        model, work / f"{engine}-L{n}", engine, threads, split_windows=mode == "split"
+    )
 
 
 def main() -> None:

@@ -7,7 +7,11 @@ Engines (`model.feature_engine`): "torch" (the PrefixClassifier itself), "ort-fp
 The graph is exported once per backbone, pooling and engine into the cache folder
 (CACHE/graphs/<key>/features.onnx, written beside and renamed into place) and checked against
 torch on export. Each window is its own call: no padding to pay for, and a window's features
-never depend on what else was in its batch (int8 activations are scaled per call).
+never depend on what else was in its batch (int8 activations are scaled per call). With
+`threads` > 1 that many windows run at once, each call on one onnxruntime thread, rather than one
+window on `threads` intra-op threads: the matrices of a <= 1,024-token window are too small to
+split well (1.22x the tokens/s on 2 cores, docs/SPEED.md), and the features are the same bits
+(onnxruntime splits a MatMul's output, not its sum, between threads).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import logging
 import shutil
 import warnings
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -134,30 +140,59 @@ def _feed(ids: np.ndarray, mask: np.ndarray | None = None) -> dict[str, np.ndarr
 class OrtFeatures:
     """The per-token head features of a frozen backbone on onnxruntime.
 
-    `token_features(ids, mask)` has PrefixClassifier.token_features' contract (right-padded
-    (B, T) -> (B, T, F) float32), so training.model.features.encode_windows reads either.
+    `window_features(windows)` gives each window's (n, F) features (training.model.features.
+    encode_windows prefers it); `token_features(ids, mask)` keeps PrefixClassifier.token_features'
+    contract (right-padded (B, T) -> (B, T, F) float32).
 
     Args:
         model: the classifier whose backbone and pooling are encoded.
         folder: where the graph lives (exported there when missing).
         engine: "ort-fp32" or "ort-int8".
-        threads: onnxruntime intra-op threads.
+        threads: windows encoded at once, each on one onnxruntime thread (one shared session:
+            `InferenceSession.run` is thread-safe).
+        split_windows: instead run one window at a time on `threads` intra-op threads (the
+            engine before the window pool; kept for bench/bench_features.py's comparison).
     """
 
-    def __init__(self, model: PrefixClassifier, folder: Path, engine: str, threads: int) -> None:
+    def __init__(
+        self,
+        model: PrefixClassifier,
+        folder: Path,
+        engine: str,
+        threads: int,
+        *,
+        split_windows: bool = False,
+    ) -> None:
         path = folder / GRAPH
         if not path.is_file():
             path = export_feature_graph(model, folder, engine)
         self.engine = engine
-        self.session = _session(path, threads)
+        threads = max(int(threads), 1)
+        self.threads = 1 if split_windows else threads
+        self.session = _session(path, threads if split_windows else 1)
+
+    def _one(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        return self.session.run(None, _feed(np.asarray(ids).reshape(1, -1)))[0][0]  # (n, F)
+
+    def window_features(self, windows: Sequence[Sequence[int] | np.ndarray]) -> list[np.ndarray]:
+        """(len(ids), F) features of each window of token ids, `threads` windows at a time."""
+        if self.threads == 1 or len(windows) < 2:
+            return [self._one(w) for w in windows]
+        # Longest first, so the pool's last calls are short ones (no core waits on one long tail).
+        order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
+        out: list[np.ndarray] = [np.zeros(0)] * len(windows)
+        with ThreadPoolExecutor(self.threads) as pool:
+            for i, f in zip(order, pool.map(lambda i: self._one(windows[i]), order), strict=True):
+                out[i] = f
+        return out
 
     def token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """One call per row, on its real tokens only (features of padded slots are zero)."""
         ids, mask = input_ids.numpy(), attention_mask.numpy()
+        n = [int(m.sum()) for m in mask]
+        feats = self.window_features([ids[i, : n[i]] for i in range(ids.shape[0])])
         rows = []
-        for i in range(ids.shape[0]):
-            n = int(mask[i].sum())
-            f = self.session.run(None, _feed(ids[i : i + 1, :n]))[0][0]  # (n, F)
-            pad = np.zeros((ids.shape[1] - n, f.shape[1]), dtype=np.float32)
+        for f in feats:
+            pad = np.zeros((ids.shape[1] - len(f), f.shape[1]), dtype=np.float32)
             rows.append(np.concatenate([f, pad]) if len(pad) else f)
         return torch.from_numpy(np.stack(rows))
