@@ -76,7 +76,9 @@ def encode_windows(
     """
     direct = getattr(model, "window_features", None)
     if direct is not None:  # onnxruntime (training.export.features_graph): no batches, no padding
-        return [f[w.boundaries] for f, w in zip(direct([w.ids for w in windows]), windows, strict=True)]
+        return [
+            f[w.boundaries] for f, w in zip(direct([w.ids for w in windows]), windows, strict=True)
+        ]
     out: list[np.ndarray | None] = [None] * len(windows)
     for batch in _batches(list(enumerate(windows)), batch_tokens):
         t = max(len(w.ids) for _, w in batch)
