@@ -32,7 +32,8 @@ from monitor.schedule import Schedule
 from monitor.signals import signal_matrix
 from monitor.types import Trajectory
 from serving.candidates import PieceText
-from serving.choice import run_pieces  # the pieces served TF-IDF counts (one definition)
+from serving.choice import run_pieces  # noqa: F401  (re-exported: the pieces TF-IDF counts)
+from training.baselines.piece_counts import PIECES
 from training.config import TrainConfig
 from training.data.examples import (
     PrefixSet,
@@ -64,9 +65,9 @@ def fit_signals_lr(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, C: float = 1.
     return pipe
 
 
-def _prefix_counts(vec: CountVectorizer, pieces: Sequence[str]) -> sp.csr_matrix:
-    """(n_steps, V) term counts of prefixes 1..n (header included in every row)."""
-    counts = vec.transform(list(pieces))  # (n + 1, V) sparse
+def _prefix_counts(counts: sp.csr_matrix) -> sp.csr_matrix:
+    """(n_steps, V) term counts of prefixes 1..n (header included in every row) from the
+    (n + 1, V) counts of the header and each step piece."""
     cols = np.unique(counts.indices)
     dense = np.cumsum(counts[:, cols].toarray(), axis=0)[1:]  # (n, |cols|)
     r, c = np.nonzero(dense)
@@ -105,15 +106,15 @@ def fit_tfidf_lr(
         ngram_range=(1, ngram_max),
         dtype=np.float64,
     )
-    pieces = [run_pieces(featuriser, r, text) for r in runs]
     # Fitted piece by piece, as prefixes are counted: the same total term counts (hence the same
-    # vocabulary) for words, and no n-gram spanning two pieces takes a slot.
-    vec.fit([piece for p in pieces for piece in p])
+    # vocabulary) for words, and no n-gram spanning two pieces takes a slot. The pieces' counts
+    # are rendered and tokenised once per run and job (training.baselines.piece_counts).
+    PIECES.fit(vec, featuriser, runs, text)
     rows, labels, weights = [], [], []
-    for p, ks, label, wk in zip(pieces, steps, y, w, strict=True):
+    for r, ks, label, wk in zip(runs, steps, y, w, strict=True):
         if len(ks) == 0:
             continue
-        rows.append(_prefix_counts(vec, p)[np.asarray(ks) - 1])
+        rows.append(_prefix_counts(PIECES.transform(vec, featuriser, r, text))[np.asarray(ks) - 1])
         labels.append(np.full(len(ks), label))
         weights.append(np.asarray(wk, dtype=np.float64))
     x = sp.vstack(rows).tocsr()
@@ -134,8 +135,8 @@ def piece_text(tc: TrainConfig) -> PieceText | None:
 def tfidf_run_scores(pipe: Pipeline, featuriser: Featuriser, traj: Trajectory) -> np.ndarray:
     """P(unresolved | prefix k) for k = 1..n, equal to pipe.predict_proba on each prefix text."""
     vec, tfidf, lr = (pipe.named_steps[n] for n in ("counts", "tfidf", "lr"))
-    pieces = run_pieces(featuriser, traj, getattr(pipe, "piece_text", None))
-    x = tfidf.transform(_prefix_counts(vec, pieces))
+    counts = PIECES.transform(vec, featuriser, traj, getattr(pipe, "piece_text", None))
+    x = tfidf.transform(_prefix_counts(counts))
     return lr.predict_proba(x)[:, 1]
 
 
