@@ -29,7 +29,6 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
 from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
-from monitor.signals import signal_matrix
 from monitor.types import Trajectory
 from serving.candidates import PieceText
 from serving.choice import run_pieces  # noqa: F401  (re-exported: the pieces TF-IDF counts)
@@ -42,6 +41,7 @@ from training.data.examples import (
     run_weights,
     savings_weights,
 )
+from training.data.run_signals import run_signals
 from training.data.runs import label_of
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ def fit_baselines(
     the full signal matrix; their even spread when the probe's are savings-weighted,
     training.data.examples), `tfidf_lr` on at most `tc.tfidf_max_prefixes_per_run` checked
     prefixes per run (bounds its memory), with the probe's run weighting and savings weights."""
-    signals = examples.rows([signal_matrix(r) for r in runs])
+    signals = examples.rows([run_signals(r) for r in runs])
     w = examples.weight if tc.savings_power is None else even_weights(runs, examples, tc.balance)
     pipes = {"signals_lr": fit_signals_lr(signals, examples.label, w, C=tc.signals_C)}
     tf = prefix_examples(
@@ -187,7 +187,7 @@ def baseline_run_scores(
     """P(unresolved | prefix k) for k = 1..n of every baseline in `pipes` (by name)."""
     out = {}
     if "signals_lr" in pipes:
-        out["signals_lr"] = signals_run_scores(pipes["signals_lr"], signal_matrix(traj))
+        out["signals_lr"] = signals_run_scores(pipes["signals_lr"], run_signals(traj))
     if "tfidf_lr" in pipes:
         out["tfidf_lr"] = tfidf_run_scores(pipes["tfidf_lr"], featuriser, traj)
     return out

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from monitor.featurise import Featuriser
-from monitor.signals import SIGNAL_NAMES, signal_matrix
+from monitor.signals import SIGNAL_NAMES
 from monitor.types import Trajectory
 from training.config import PipelineConfig
+from training.data.run_signals import run_signals
 from training.model.backbone import backbone_key, cache_dir, feature_scheme, resolve_base
 from training.model.cache import FeatureCache, feature_key
 from training.model.classifier import PrefixClassifier, build_classifier
@@ -132,7 +133,7 @@ def encode(encoder: Encoder, runs: Sequence[Trajectory], *, cached: bool = True)
     return Encoded(
         list(runs),
         [f.hidden for f in feats],
-        [signal_matrix(r)[:, :n] for r in runs],
+        [run_signals(r)[:, :n] for r in runs],
         [f.encoded_tokens for f in feats],
         stats,
     )
