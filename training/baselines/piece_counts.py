@@ -98,8 +98,12 @@ class PieceCounts:
         if hit is not None and hit[0]() is traj:
             return vocab, _widen(hit[1], len(vocab.terms))
         counts = vocab.count(run_pieces(featuriser, traj, text))
-        ref = weakref.ref(traj, lambda _, k=id(traj), runs=vocab.runs: runs.pop(k, None))
-        vocab.runs[id(traj)] = (ref, counts)
+        key, runs = id(traj), vocab.runs
+
+        def forget(_: weakref.ref) -> None:
+            runs.pop(key, None)
+
+        runs[key] = (weakref.ref(traj, forget), counts)
         return vocab, counts
 
     def fit(

@@ -24,5 +24,10 @@ def run_signals(traj: Trajectory) -> np.ndarray:
         return hit[1]
     m = signal_matrix(traj)
     m.setflags(write=False)
-    _MEMO[id(traj)] = (weakref.ref(traj, lambda _, k=id(traj): _MEMO.pop(k, None)), m)
+    key = id(traj)
+
+    def forget(_: weakref.ref) -> None:
+        _MEMO.pop(key, None)
+
+    _MEMO[key] = (weakref.ref(traj, forget), m)
     return m
