@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from monitor.schedule import Schedule  # noqa: E402
 from monitor.signals import signal_matrix  # noqa: E402
+from serving.choice import run_pieces  # noqa: E402
 from training.baselines import learned as bl  # noqa: E402
 from training.data.examples import (  # noqa: E402
     prefix_examples,
@@ -23,7 +24,7 @@ def test_tfidf_run_scores_match_pipeline(featuriser, runs):
     w = [ex.weight[ex.run == i] for i in range(len(runs))]
     pipe = bl.fit_tfidf_lr(featuriser, runs, steps, [0 if r.resolved else 1 for r in runs], w)
     r = runs[1]
-    pieces = bl.run_pieces(featuriser, r)
+    pieces = run_pieces(featuriser, r)
     texts = ["".join(pieces[: k + 1]) for k in range(1, len(r.steps) + 1)]
     np.testing.assert_allclose(
         bl.tfidf_run_scores(pipe, featuriser, r), pipe.predict_proba(texts)[:, 1]
@@ -58,7 +59,7 @@ def test_numpy_baselines_score_as_the_fitted_pipelines(featuriser, runs):
     t, s = TfidfLR.from_json(params["tfidf_lr"]), SignalsLR.from_json(params["signals_lr"])
     for r in runs[:4]:
         np.testing.assert_allclose(
-            t.scores(bl.run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
+            t.scores(run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
             rtol=1e-9, atol=1e-12,
         )  # fmt: skip
         np.testing.assert_allclose(
@@ -84,8 +85,8 @@ def test_the_tfidf_text_travels_with_the_pipeline_into_the_bundle(featuriser, ru
     y = [0 if r.resolved else 1 for r in runs]
     tf = bl.fit_tfidf_lr(featuriser, runs, steps, y, w, text=text)
     r = runs[1]
-    pieces = bl.run_pieces(featuriser, r, text)
-    assert pieces != bl.run_pieces(featuriser, r)
+    pieces = run_pieces(featuriser, r, text)
+    assert pieces != run_pieces(featuriser, r)
     texts = ["".join(pieces[: k + 1]) for k in range(1, len(r.steps) + 1)]
     np.testing.assert_allclose(
         bl.tfidf_run_scores(tf, featuriser, r), tf.predict_proba(texts)[:, 1], atol=1e-12
@@ -128,7 +129,7 @@ def test_word_pairs_are_counted_within_pieces_alike_in_training_and_serving(feat
     served = TfidfLR.from_json(params["tfidf_lr"])
     for r in runs[:4]:
         np.testing.assert_allclose(
-            served.scores(bl.run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
+            served.scores(run_pieces(featuriser, r)), bl.tfidf_run_scores(tf, featuriser, r),
             rtol=1e-9, atol=1e-12,
         )  # fmt: skip
     words = dict(params["tfidf_lr"])

@@ -56,8 +56,8 @@ def test_int8_features_are_close_and_independent_of_the_batch(tiny, featuriser, 
 
 
 def test_a_window_per_thread_gives_the_same_bits(tiny, featuriser, runs, tmp_path):
-    """Two windows at once, each on one thread, equal one window on two threads (and the padded
-    token_features path), in the caller's order."""
+    """Two windows at once, each on one thread, equal one window on two threads, in the caller's
+    order."""
     pool = OrtFeatures(tiny, tmp_path / "g8", "ort-int8", threads=2)
     split = OrtFeatures(tiny, tmp_path / "g8", "ort-int8", threads=2, split_windows=True)
     assert (pool.threads, split.threads) == (2, 1)
@@ -68,13 +68,6 @@ def test_a_window_per_thread_gives_the_same_bits(tiny, featuriser, runs, tmp_pat
     for x, y, w in zip(a, b, windows, strict=True):
         assert x.shape == (len(w.boundaries), x.shape[1])
         np.testing.assert_array_equal(x, y)
-    ids = torch.zeros((2, 40), dtype=torch.long)
-    ids[0, :40], ids[1, :25] = torch.tensor(windows[0].ids[:40]), torch.tensor(windows[1].ids[:25])
-    mask = (ids != 0).long()
-    mask[0, :40], mask[1, :25] = 1, 1
-    padded = pool.token_features(ids, mask).numpy()
-    np.testing.assert_array_equal(padded[1, 25:], 0)
-    np.testing.assert_array_equal(padded[1, :25], pool.window_features([ids[1, :25].numpy()])[0])
 
 
 def test_cache_keys_name_the_numeric_scheme(tiny_model_dir):

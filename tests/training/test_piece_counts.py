@@ -94,6 +94,7 @@ def test_runs_are_rendered_once_and_dropped_when_freed(featuriser, monkeypatch):
     assert len(calls) == 6
     (vocab,) = cache._vocabs.values()
     assert len(vocab.runs) == 6
+    assert all(r in vocab.runs for r in runs)
     del runs, r
     gc.collect()
     assert len(vocab.runs) == 0

@@ -20,8 +20,8 @@ def test_signals_are_computed_once_and_dropped_with_the_run():
     assert rs.run_signals(runs[0]) is first
     with pytest.raises(ValueError):
         first[0, 0] = 1.0  # shared between callers: nobody may write into it
-    assert id(runs[0]) in rs._MEMO
+    assert runs[0] in rs._MEMO
     key = id(runs[0])
     del runs[0], first
     gc.collect()
-    assert key not in rs._MEMO
+    assert key not in rs._MEMO._entries

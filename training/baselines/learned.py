@@ -31,7 +31,6 @@ from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
 from monitor.types import Trajectory
 from serving.candidates import PieceText
-from serving.choice import run_pieces  # noqa: F401  (re-exported: the pieces TF-IDF counts)
 from training.baselines.piece_counts import PIECES
 from training.config import TrainConfig
 from training.data.examples import (

@@ -12,8 +12,8 @@ What a fit gets is exactly what `CountVectorizer.fit` on the same pieces gives (
 frequent kept by the same argsort), so pipelines, their pickles and the served TF-IDF candidate
 are unchanged (tests/training/test_piece_counts.py).
 
-Entries are keyed by the run object (held weakly: a run that is freed leaves the cache) and by
-what is counted (the piece text, the n-gram range, the token pattern).
+Entries are kept per run object (training.data.run_memo: a run that is freed leaves the cache) and
+per what is counted (the piece text, the n-gram range, the token pattern).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from sklearn.feature_extraction.text import CountVectorizer
 from monitor.types import Trajectory
 from serving.candidates import PieceText
 from serving.choice import run_pieces
+from training.data.run_memo import RunMemo
 
 
 class _Vocab:
@@ -38,10 +39,11 @@ class _Vocab:
         self.analyzer = analyzer
         self.index: dict[str, int] = {}
         self.terms: list[str] = []
-        self.runs: dict[int, tuple[weakref.ref, sp.csr_matrix]] = {}
+        self.runs: RunMemo[sp.csr_matrix] = RunMemo()
 
     def count(self, pieces: Sequence[str]) -> sp.csr_matrix:
-        """(len(pieces), terms so far) counts of each piece (float64, like CountVectorizer)."""
+        """(len(pieces), terms so far) counts of each piece (float64, like CountVectorizer).
+        Terms added later lie beyond the matrix's columns; only its entries are read."""
         indices: list[int] = []
         indptr = [0]
         data: list[float] = []
@@ -63,13 +65,6 @@ class _Vocab:
         )
 
 
-def _widen(m: sp.csr_matrix, n_cols: int) -> sp.csr_matrix:
-    """The same matrix with `n_cols` columns (terms added to the vocabulary since)."""
-    if m.shape[1] == n_cols:
-        return m
-    return sp.csr_matrix((m.data, m.indices, m.indptr), shape=(m.shape[0], n_cols))
-
-
 class PieceCounts:
     """Per run, the term counts of its header and step pieces, computed once.
 
@@ -78,33 +73,24 @@ class PieceCounts:
 
     def __init__(self) -> None:
         self._vocabs: dict[tuple, _Vocab] = {}
-        self._maps: weakref.WeakKeyDictionary[CountVectorizer, tuple[int, np.ndarray]] = (
+        # per vectorizer this cache fitted: global term id -> its column (-1: not in it)
+        self._maps: weakref.WeakKeyDictionary[CountVectorizer, np.ndarray] = (
             weakref.WeakKeyDictionary()
         )
 
-    def _vocab(self, featuriser: Any, text: PieceText | None, vec: CountVectorizer) -> tuple:
+    def _vocab(self, featuriser: Any, text: PieceText | None, vec: CountVectorizer) -> _Vocab:
         what = repr(text) if text is not None else repr(getattr(featuriser, "config", featuriser))
         key = (what, vec.ngram_range, vec.token_pattern, vec.lowercase)
         if key not in self._vocabs:
             self._vocabs[key] = _Vocab(vec.build_analyzer())
-        return key
+        return self._vocabs[key]
 
     def run_counts(
         self, featuriser: Any, traj: Trajectory, text: PieceText | None, vec: CountVectorizer
     ) -> tuple[_Vocab, sp.csr_matrix]:
-        """The run's (n_steps + 1, terms so far) piece counts under `vec`'s analyzer."""
-        vocab = self._vocabs[self._vocab(featuriser, text, vec)]
-        hit = vocab.runs.get(id(traj))
-        if hit is not None and hit[0]() is traj:
-            return vocab, _widen(hit[1], len(vocab.terms))
-        counts = vocab.count(run_pieces(featuriser, traj, text))
-        key, runs = id(traj), vocab.runs
-
-        def forget(_: weakref.ref) -> None:
-            runs.pop(key, None)
-
-        runs[key] = (weakref.ref(traj, forget), counts)
-        return vocab, counts
+        """The run's (n_steps + 1, terms then) piece counts under `vec`'s analyzer."""
+        vocab = self._vocab(featuriser, text, vec)
+        return vocab, vocab.runs.get(traj, lambda r: vocab.count(run_pieces(featuriser, r, text)))
 
     def fit(
         self,
@@ -117,50 +103,50 @@ class PieceCounts:
         of `runs` would, from the cached counts."""
         if vec.min_df != 1 or vec.max_df != 1.0 or vec.vocabulary is not None or vec.binary:
             raise ValueError("PieceCounts.fit supports only the default min_df, max_df, binary")
-        per_run = [self.run_counts(featuriser, r, text, vec) for r in runs]
-        vocab = self._vocabs[self._vocab(featuriser, text, vec)]
+        counts = [self.run_counts(featuriser, r, text, vec)[1] for r in runs]
+        vocab = self._vocab(featuriser, text, vec)
         tf = np.zeros(len(vocab.terms), dtype=np.float64)
-        for _, m in per_run:
+        for m in counts:
             np.add.at(tf, m.indices, m.data)
         present = np.flatnonzero(tf)
         if len(present) == 0:
             raise ValueError("empty vocabulary; perhaps the documents only contain stop words")
         order = present[np.argsort(np.asarray(vocab.terms, dtype=object)[present], kind="stable")]
-        keep = np.ones(len(order), dtype=bool)
-        if vec.max_features is not None and len(order) > vec.max_features:
-            # scikit-learn's _limit_features on the sorted vocabulary, the same argsort
-            mask_inds = (-tf[order]).argsort()[: vec.max_features]
-            keep = np.zeros(len(order), dtype=bool)
-            keep[mask_inds] = True
-        new_indices = np.cumsum(keep) - 1
         vec._validate_ngram_range()  # what CountVectorizer.fit checks and sets besides
         vec._warn_for_unused_params()
         vec._validate_vocabulary()  # fixed_vocabulary_ = False
         vec.build_analyzer()  # _stop_words_id
         if vec.max_features is None:  # sorted after limiting: plain ints, as scikit-learn has
+            kept = order
             vec.vocabulary_ = {vocab.terms[g]: i for i, g in enumerate(order)}
         else:
+            keep = np.ones(len(order), dtype=bool)
+            if len(order) > vec.max_features:
+                # scikit-learn's _limit_features on the sorted vocabulary, the same argsort
+                keep[:] = False
+                keep[(-tf[order]).argsort()[: vec.max_features]] = True
+            kept = order[keep]
+            new_indices = np.cumsum(keep) - 1
             vec.vocabulary_ = {
                 vocab.terms[g]: new_indices[i] for i, g in enumerate(order) if keep[i]
             }
         gmap = np.full(len(vocab.terms), -1, dtype=np.int64)
-        gmap[order[keep]] = np.arange(int(keep.sum()))
-        self._maps[vec] = (len(vocab.terms), gmap)
+        gmap[kept] = np.arange(len(kept))
+        self._maps[vec] = gmap
         return vec
 
     def transform(
         self, vec: CountVectorizer, featuriser: Any, traj: Trajectory, text: PieceText | None
     ) -> sp.csr_matrix:
         """`vec.transform(run_pieces(featuriser, traj, text))`, from the cached counts."""
-        known = self._maps.get(vec)
-        if known is None:  # a vectorizer this cache did not fit (read from disk): count afresh
+        gmap = self._maps.get(vec)
+        if gmap is None:  # a vectorizer this cache did not fit (read from disk): count afresh
             return vec.transform(run_pieces(featuriser, traj, text))
-        vocab, m = self.run_counts(featuriser, traj, text, vec)
-        size, gmap = known
-        if size < len(vocab.terms):  # terms first seen after the fit are not in its vocabulary
-            gmap = np.concatenate([gmap, np.full(len(vocab.terms) - size, -1, dtype=np.int64)])
-            self._maps[vec] = (len(vocab.terms), gmap)
-        cols = gmap[m.indices]
+        _, m = self.run_counts(featuriser, traj, text, vec)
+        # terms first seen after the fit (ids past the map) are not in its vocabulary
+        inside = m.indices < len(gmap)
+        cols = np.full(len(m.indices), -1, dtype=np.int64)
+        cols[inside] = gmap[m.indices[inside]]
         ok = cols >= 0
         rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[ok]
         out = sp.csr_matrix(

@@ -140,9 +140,9 @@ def _feed(ids: np.ndarray, mask: np.ndarray | None = None) -> dict[str, np.ndarr
 class OrtFeatures:
     """The per-token head features of a frozen backbone on onnxruntime.
 
-    `window_features(windows)` gives each window's (n, F) features (training.model.features.
-    encode_windows prefers it); `token_features(ids, mask)` keeps PrefixClassifier.token_features'
-    contract (right-padded (B, T) -> (B, T, F) float32).
+    `window_features(windows)` gives each window's (n, F) features, the per-token features of
+    `PrefixClassifier.token_features` without padding (training.model.features.encode_windows
+    reads them).
 
     Args:
         model: the classifier whose backbone and pooling are encoded.
@@ -185,14 +185,3 @@ class OrtFeatures:
             for i, f in zip(order, pool.map(lambda i: self._one(windows[i]), order), strict=True):
                 out[i] = f
         return out
-
-    def token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """One call per row, on its real tokens only (features of padded slots are zero)."""
-        ids, mask = input_ids.numpy(), attention_mask.numpy()
-        n = [int(m.sum()) for m in mask]
-        feats = self.window_features([ids[i, : n[i]] for i in range(ids.shape[0])])
-        rows = []
-        for f in feats:
-            pad = np.zeros((ids.shape[1] - len(f), f.shape[1]), dtype=np.float32)
-            rows.append(np.concatenate([f, pad]) if len(pad) else f)
-        return torch.from_numpy(np.stack(rows))
