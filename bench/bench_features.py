@@ -38,7 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _engine(name: str, base: str, n: int, pooling: str, threads: int, work: Path) -> Any:
     """What encode_windows runs for one engine name ("torch:<dtype>", "ort-fp32", "ort-int8";
-    "ort-...:split" runs one window at a time on all threads instead of a window per thread)."""
+    "ort-...:split" runs one window at a time on all threads instead of a window per thread,
+    "ort-...:c<N>" attends in N query chunks (":c1" in one piece, the graph as exported); modes
+    combine with "+", e.g. "ort-int8:split+c1")."""
     if name.startswith("torch"):
         dtype = name.split(":", 1)[1] if ":" in name else "float32"
         return build_classifier(base, n, [], dtype, pooling=pooling).eval()
@@ -46,8 +48,11 @@ def _engine(name: str, base: str, n: int, pooling: str, threads: int, work: Path
 
     model = build_classifier(base, n, [], "float32", pooling=pooling).eval()
     engine, _, mode = name.partition(":")
+    modes = set(mode.split("+")) - {""}
+    chunks = [int(m[1:]) for m in modes if m.startswith("c")]
+    extra = {"chunks": chunks[0]} if chunks else {}
     return OrtFeatures(
-        model, work / f"{engine}-L{n}", engine, threads, split_windows=mode == "split"
+        model, work / f"{engine}-L{n}", engine, threads, split_windows="split" in modes, **extra
     )
 
 

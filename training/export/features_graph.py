@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from monitor.errors import BundleError
+from training.export.chunked_attention import CHUNKS, chunked_graph
 from training.model.classifier import PrefixClassifier, causal_mean
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ class OrtFeatures:
             `InferenceSession.run` is thread-safe).
         split_windows: instead run one window at a time on `threads` intra-op threads (the
             engine before the window pool; kept for bench/bench_features.py's comparison).
+        chunks: long windows attend in this many query chunks (training.export.chunked_attention:
+            the same bits, faster); 1 runs the exported graph as it is (for the bench).
     """
 
     def __init__(
@@ -162,10 +165,13 @@ class OrtFeatures:
         threads: int,
         *,
         split_windows: bool = False,
+        chunks: int = CHUNKS,
     ) -> None:
         path = folder / GRAPH
         if not path.is_file():
             path = export_feature_graph(model, folder, engine)
+        if chunks > 1:
+            path = chunked_graph(path, chunks)
         self.engine = engine
         threads = max(int(threads), 1)
         self.threads = 1 if split_windows else threads
