@@ -70,15 +70,27 @@ def test_a_window_per_thread_gives_the_same_bits(tiny, featuriser, runs, tmp_pat
         np.testing.assert_array_equal(x, y)
 
 
+def test_the_all_int8_engine_quantises_the_down_projection(tiny, tmp_path):
+    import onnx
+
+    def fp32_matmuls(engine):
+        OrtFeatures(tiny, tmp_path / engine, engine, threads=1)
+        graph = onnx.load(str(tmp_path / engine / GRAPH), load_external_data=False).graph
+        return [n.name for n in graph.node if n.op_type == "MatMul"]
+
+    assert any("down_proj" in n for n in fp32_matmuls("ort-int8"))
+    assert not any("down_proj" in n for n in fp32_matmuls("ort-int8-all"))
+
+
 def test_cache_keys_name_the_numeric_scheme(tiny_model_dir):
     base = str(tiny_model_dir)
     assert feature_scheme("torch", "float32") == ""  # fp32 caches written before stay valid
     keys = {
         backbone_key(base, 2, feature_scheme(e, d))
         for e, d in [("torch", "float32"), ("torch", "bfloat16"), ("ort-fp32", "float32"),
-                     ("ort-int8", "float32")]
+                     ("ort-int8", "float32"), ("ort-int8-all", "float32")]
     }  # fmt: skip
-    assert len(keys) == 4
+    assert len(keys) == 5
     assert backbone_key(base, 2) == backbone_key(base, 2, "")
 
 

@@ -3,7 +3,8 @@ fp32 or with its Q/K/V and gate/up projections in int8 (the "mixed" scheme of
 training.export.quant, VNNI on this CPU), returning the same per-token head features as
 `PrefixClassifier.token_features`.
 
-Engines (`model.feature_engine`): "torch" (the PrefixClassifier itself), "ort-fp32", "ort-int8".
+Engines (`model.feature_engine`): "torch" (the PrefixClassifier itself), "ort-fp32", "ort-int8",
+"ort-int8-all" (the down projections in int8 too: measured in docs/SPEED.md, not shipped).
 The graph is exported once per backbone, pooling and engine into the cache folder
 (CACHE/graphs/<key>/features.onnx, written beside and renamed into place) and checked against
 torch on export. Each window is its own call: no padding to pay for, and a window's features
@@ -33,7 +34,7 @@ from training.model.classifier import PrefixClassifier, causal_mean
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("torch", "ort-fp32", "ort-int8")
+ENGINES = ("torch", "ort-fp32", "ort-int8", "ort-int8-all")
 GRAPH = "features.onnx"
 INT8_FP32_MATMULS = ("down_proj",)
 """MatMuls the int8 engine keeps in fp32: the down projection reads SiLU(gate) * up, whose
@@ -80,7 +81,7 @@ def export_feature_graph(model: PrefixClassifier, folder: Path, engine: str) -> 
     ids = torch.randint(1, int(model.backbone.config.vocab_size), (2, 24))
     mask = torch.ones(2, 24, dtype=torch.long)
     mask[1, 15:] = 0  # right padding, so the traced graph keeps the row lengths
-    fp32 = tmp / ("fp32.onnx" if engine == "ort-int8" else GRAPH)
+    fp32 = tmp / ("fp32.onnx" if engine.startswith("ort-int8") else GRAPH)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -103,14 +104,15 @@ def export_feature_graph(model: PrefixClassifier, folder: Path, engine: str) -> 
     diff = float(np.abs(got - want).max())
     if not diff <= CHECK_ATOL:
         raise BundleError(f"{fp32}: onnxruntime features differ from torch by {diff:.3g}")
-    if engine == "ort-int8":
+    if engine.startswith("ort-int8"):
         from training.export.quant import _dynamic
 
         quiet = logging.getLogger("root")
         level = quiet.level
         quiet.setLevel(max(level, logging.ERROR))  # the quantiser logs a pre-processing hint
         try:
-            _dynamic(fp32, tmp / GRAPH, per_channel=False, keep=INT8_FP32_MATMULS)
+            keep = INT8_FP32_MATMULS if engine == "ort-int8" else ()
+            _dynamic(fp32, tmp / GRAPH, per_channel=False, keep=keep)
         finally:
             quiet.setLevel(level)
     shutil.rmtree(folder, ignore_errors=True)
@@ -148,7 +150,7 @@ class OrtFeatures:
     Args:
         model: the classifier whose backbone and pooling are encoded.
         folder: where the graph lives (exported there when missing).
-        engine: "ort-fp32" or "ort-int8".
+        engine: "ort-fp32", "ort-int8" or "ort-int8-all".
         threads: windows encoded at once, each on one onnxruntime thread (one shared session:
             `InferenceSession.run` is thread-safe).
         split_windows: instead run one window at a time on `threads` intra-op threads (the

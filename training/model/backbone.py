@@ -178,5 +178,6 @@ def feature_scheme(engine: str, dtype: str) -> str:
     caches), "torch-<dtype>" for another torch dtype, else the onnxruntime engine's name."""
     if engine == "torch":
         return "" if dtype == "float32" else f"torch-{dtype}"
-    # the int8 engine keeps the down projection in fp32 (training.export.features_graph)
+    # the int8 engine keeps the down projection in fp32 (training.export.features_graph);
+    # "ort-int8-all" quantises it too
     return "ort-int8-fp32down" if engine == "ort-int8" else engine

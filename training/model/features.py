@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,26 +178,39 @@ def extract_features(
         disable=not progress or not todo,
         dynamic_ncols=True,
     )
-    for start in range(0, len(todo), chunk_runs):
-        chunk = todo[start : start + chunk_runs]
-        per_run = {i: featuriser.windows(runs[i]) for i in chunk}
-        flat = [(i, w) for i in chunk for w in per_run[i]]
-        hidden = encode_windows(
-            model, [w for _, w in flat], batch_tokens=batch_tokens, pad_id=pad_id
-        )
-        by_run: dict[int, list[np.ndarray]] = {i: [] for i in chunk}
-        for (i, _), h in zip(flat, hidden, strict=True):
-            by_run[i].append(h)
-        for i in chunk:
-            feats = run_features_from_windows(per_run[i], by_run[i], len(runs[i].steps))
-            out[i] = feats
-            stats.tokens += feats.encoded_tokens
-            if cache is not None:
-                cache.put(keys[i], feats)
-        stats.runs += len(chunk)
-        bar.update(len(chunk))
-        elapsed = time.perf_counter() - t0
-        bar.set_postfix(tok_s=f"{stats.tokens / max(elapsed, 1e-9):.0f}")
+    chunks = [todo[s : s + chunk_runs] for s in range(0, len(todo), chunk_runs)]
+
+    def render(chunk: list[int]) -> dict[int, list[Window]]:
+        return {i: featuriser.windows(runs[i]) for i in chunk}
+
+    # The next chunk is rendered and tokenised on a thread of its own while this one encodes
+    # (the featuriser is single-threaded: 18.7 s of one core for all 4,078 runs here).
+    prep = ThreadPoolExecutor(1, thread_name_prefix="featurise")
+    try:
+        ahead = prep.submit(render, chunks[0]) if chunks else None
+        for n, chunk in enumerate(chunks):
+            assert ahead is not None
+            per_run = ahead.result()
+            ahead = prep.submit(render, chunks[n + 1]) if n + 1 < len(chunks) else None
+            flat = [(i, w) for i in chunk for w in per_run[i]]
+            hidden = encode_windows(
+                model, [w for _, w in flat], batch_tokens=batch_tokens, pad_id=pad_id
+            )
+            by_run: dict[int, list[np.ndarray]] = {i: [] for i in chunk}
+            for (i, _), h in zip(flat, hidden, strict=True):
+                by_run[i].append(h)
+            for i in chunk:
+                feats = run_features_from_windows(per_run[i], by_run[i], len(runs[i].steps))
+                out[i] = feats
+                stats.tokens += feats.encoded_tokens
+                if cache is not None:
+                    cache.put(keys[i], feats)
+            stats.runs += len(chunk)
+            bar.update(len(chunk))
+            elapsed = time.perf_counter() - t0
+            bar.set_postfix(tok_s=f"{stats.tokens / max(elapsed, 1e-9):.0f}")
+    finally:
+        prep.shutdown(cancel_futures=True)
     bar.close()
     stats.seconds = time.perf_counter() - t0
     total.runs += stats.runs
