@@ -45,7 +45,9 @@ class ModelConfig(StrictModel):
     """Keep the first n decoder layers (final norm kept); None: all."""
     dtype: str = "float32"
     """torch dtype of the backbone (float32 on CPU; bfloat16 on a GPU)."""
-    feature_engine: Literal["torch", "ort-fp32", "ort-int8", "ort-int8-all"] = "torch"
+    feature_engine: Literal["torch", "ort-fp32", "ort-int8", "ort-int8-all", "ort-int8-row"] = (
+        "torch"
+    )
     """What runs the frozen backbone in the feature pass (training.export.features_graph): torch in
     `dtype`, or the fused onnxruntime graph in fp32 or with every projection but the down
     projection in dynamic int8. Part of the feature-cache key. A probe head

@@ -80,6 +80,15 @@ def test_the_all_int8_engine_quantises_the_down_projection(tiny, tmp_path):
 
     assert any("down_proj" in n for n in fp32_matmuls("ort-int8"))
     assert not any("down_proj" in n for n in fp32_matmuls("ort-int8-all"))
+    assert not any("down_proj" in n for n in fp32_matmuls("ort-int8-row"))
+
+
+def test_the_row_scaled_engine_stays_close_to_fp32(tiny, featuriser, runs, tmp_path):
+    windows = _windows(featuriser, runs)
+    ref = np.concatenate(encode_windows(tiny, windows))
+    got = np.concatenate(encode_windows(OrtFeatures(tiny, tmp_path / "r", "ort-int8-row", 1), windows))
+    rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert 0 < rel < 0.2, rel
 
 
 def test_cache_keys_name_the_numeric_scheme(tiny_model_dir):
@@ -88,9 +97,10 @@ def test_cache_keys_name_the_numeric_scheme(tiny_model_dir):
     keys = {
         backbone_key(base, 2, feature_scheme(e, d))
         for e, d in [("torch", "float32"), ("torch", "bfloat16"), ("ort-fp32", "float32"),
-                     ("ort-int8", "float32"), ("ort-int8-all", "float32")]
+                     ("ort-int8", "float32"), ("ort-int8-all", "float32"),
+                     ("ort-int8-row", "float32")]
     }  # fmt: skip
-    assert len(keys) == 5
+    assert len(keys) == 6
     assert backbone_key(base, 2) == backbone_key(base, 2, "")
 
 

@@ -4,7 +4,9 @@ training.export.quant, VNNI on this CPU), returning the same per-token head feat
 `PrefixClassifier.token_features`.
 
 Engines (`model.feature_engine`): "torch" (the PrefixClassifier itself), "ort-fp32", "ort-int8",
-"ort-int8-all" (the down projections in int8 too: measured in docs/SPEED.md, not shipped).
+"ort-int8-all" (the down projections in int8 too, activations scaled per call: measured in
+docs/SPEED.md, not shipped), "ort-int8-row" (the down projections in int8 with one activation
+scale per token row: training.export.rowwise_int8).
 The graph is exported once per backbone, pooling and engine into the cache folder
 (CACHE/graphs/<key>/features.onnx, written beside and renamed into place) and checked against
 torch on export. Each window is its own call: no padding to pay for, and a window's features
@@ -34,7 +36,7 @@ from training.model.classifier import PrefixClassifier, causal_mean
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("torch", "ort-fp32", "ort-int8", "ort-int8-all")
+ENGINES = ("torch", "ort-fp32", "ort-int8", "ort-int8-all", "ort-int8-row")
 GRAPH = "features.onnx"
 INT8_FP32_MATMULS = ("down_proj",)
 """MatMuls the int8 engine keeps in fp32: the down projection reads SiLU(gate) * up, whose
@@ -111,8 +113,16 @@ def export_feature_graph(model: PrefixClassifier, folder: Path, engine: str) -> 
         level = quiet.level
         quiet.setLevel(max(level, logging.ERROR))  # the quantiser logs a pre-processing hint
         try:
-            keep = INT8_FP32_MATMULS if engine == "ort-int8" else ()
-            _dynamic(fp32, tmp / GRAPH, per_channel=False, keep=keep)
+            keep = () if engine == "ort-int8-all" else INT8_FP32_MATMULS
+            if engine == "ort-int8-row":
+                from training.export.rowwise_int8 import rowwise_graph
+
+                _dynamic(fp32, tmp / "int8.onnx", per_channel=False, keep=keep)
+                rowwise_graph(tmp / "int8.onnx", tmp / GRAPH)
+                for f in tmp.glob("int8.onnx*"):
+                    f.unlink()
+            else:
+                _dynamic(fp32, tmp / GRAPH, per_channel=False, keep=keep)
         finally:
             quiet.setLevel(level)
     shutil.rmtree(folder, ignore_errors=True)
@@ -150,7 +160,7 @@ class OrtFeatures:
     Args:
         model: the classifier whose backbone and pooling are encoded.
         folder: where the graph lives (exported there when missing).
-        engine: "ort-fp32", "ort-int8" or "ort-int8-all".
+        engine: "ort-fp32", "ort-int8", "ort-int8-all" or "ort-int8-row".
         threads: windows encoded at once, each on one onnxruntime thread (one shared session:
             `InferenceSession.run` is thread-safe).
         split_windows: instead run one window at a time on `threads` intra-op threads (the

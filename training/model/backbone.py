@@ -179,5 +179,5 @@ def feature_scheme(engine: str, dtype: str) -> str:
     if engine == "torch":
         return "" if dtype == "float32" else f"torch-{dtype}"
     # the int8 engine keeps the down projection in fp32 (training.export.features_graph);
-    # "ort-int8-all" quantises it too
+    # "ort-int8-all" and "ort-int8-row" quantise it too
     return "ort-int8-fp32down" if engine == "ort-int8" else engine
