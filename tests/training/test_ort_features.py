@@ -86,7 +86,9 @@ def test_the_all_int8_engine_quantises_the_down_projection(tiny, tmp_path):
 def test_the_row_scaled_engine_stays_close_to_fp32(tiny, featuriser, runs, tmp_path):
     windows = _windows(featuriser, runs)
     ref = np.concatenate(encode_windows(tiny, windows))
-    got = np.concatenate(encode_windows(OrtFeatures(tiny, tmp_path / "r", "ort-int8-row", 1), windows))
+    got = np.concatenate(
+        encode_windows(OrtFeatures(tiny, tmp_path / "r", "ort-int8-row", 1), windows)
+    )
     rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     assert 0 < rel < 0.2, rel
 

@@ -48,7 +48,8 @@ def test_rows_are_quantised_on_their_own_scale(tmp_path):
     assert rowwise_graph(tmp_path / "fp32.onnx", tmp_path / "row.onnx") == 1
     assert (tmp_path / "row.onnx.data").is_file()
     ops = {n.op_type for n in onnx.load(str(tmp_path / "row.onnx")).graph.node}
-    assert "MatMulInteger" in ops and "MatMul" not in ops
+    assert "MatMulInteger" in ops
+    assert "MatMul" not in ops
 
     x = rng.normal(size=(1, 9, 96)).astype(np.float32)
     want = x @ w

@@ -132,6 +132,37 @@ def _candidates(
     """Per (calibration, test) pair: the stack fitted and every candidate calibrated on the
     calibration runs, the per-group choice made on them, the test runs stopped; then the report
     over the pooled test runs."""
+    served = candidate_stops(pairs, tcfg, schedule, seed=seed, choice_repeats=choice_repeats)
+    out = _report(
+        served.records, served.stops, served.choices, served.refused,
+        [float(t) for t in tcfg.targets], n_boot=n_boot, seed=seed,
+    )  # fmt: skip
+    out["folds_without_stack"] = served.no_stack
+    return out
+
+
+@dataclasses.dataclass
+class Served:
+    """What `candidate_stops` decided on the pooled test runs of a view's pairs."""
+
+    records: list[RunRecord]  # the test runs, with the stack's and the length scores
+    stops: dict[str, dict[float, Stops]]  # candidate (and SELECTED...) -> target -> run -> step
+    choices: list[dict[str, Any]]  # per pair: group -> the choice
+    refused: dict[str, dict[str, list[list[str]]]]
+    no_stack: list[int]  # pairs whose calibration runs were too few for a stack
+
+
+def candidate_stops(
+    pairs: Sequence[tuple[list[RunRecord], list[RunRecord]]],
+    tcfg: ThresholdConfig,
+    schedule: Schedule,
+    *,
+    seed: int = 0,
+    choice_repeats: int = 1,
+) -> Served:
+    """Every candidate's stops, and the per-group choice's, on the test runs of each
+    (calibration, test) pair, calibrated as shipped on the pair's calibration runs (the
+    comparison `crossfit_candidates` reports; training.experiments.paired compares two)."""
     targets = [float(t) for t in tcfg.targets]
     have = set.intersection(*(set(r.scores) for _, test in pairs for r in test)) | {STACK}
     candidates = [c for c in SIMPLE_FIRST if c in have]
@@ -172,9 +203,7 @@ def _candidates(
         stops.pop(STACK, None)
         scored = [dataclasses.replace(r, scores={k: v for k, v in r.scores.items() if k != STACK})
                   for r in scored]  # fmt: skip
-    out = _report(scored, stops, choices, refused, targets, n_boot=n_boot, seed=seed)
-    out["folds_without_stack"] = no_stack
-    return out
+    return Served(scored, stops, choices, refused, no_stack)
 
 
 def _report(

@@ -1,0 +1,74 @@
+"""Two cross-fits of the same runs compared run by run (training.experiments.paired)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.config import load_pipeline_config
+from training.data.records import RunRecord, save_records
+from training.experiments.paired import compare_view, main
+
+from .test_candidates import _runs
+
+
+def _folder(root: Path, records: list[RunRecord]) -> Path:
+    (root / "instance").mkdir(parents=True)
+    save_records(root / "instance" / "records.parquet", records)
+    return root
+
+
+@pytest.fixture(scope="module")
+def cfg():  # type: ignore[no-untyped-def]
+    return load_pipeline_config("configs/quick.yaml", ["evaluate.n_boot=50"])
+
+
+def _blind(records: list[RunRecord], seed: int) -> list[RunRecord]:
+    """The same runs with the monitor's scores replaced by noise."""
+    rng = np.random.default_rng(seed)
+    return [
+        dataclasses.replace(r, scores={**r.scores, "monitor": rng.uniform(0.2, 0.6, r.n_steps)})
+        for r in records
+    ]
+
+
+def test_a_cross_fit_against_itself_differs_by_nothing(tmp_path: Path, cfg) -> None:  # type: ignore[no-untyped-def]
+    recs = _runs("a", 160, informative="monitor", seed=0) + _runs(
+        "b", 160, informative="monitor", seed=1
+    )
+    a = _folder(tmp_path / "a", recs)
+    b = _folder(tmp_path / "b", recs)
+    res = compare_view(cfg, a, b, "instance", folds=5, draws=40)
+    assert res["runs"] == 320
+    assert res["only_a"] == res["only_b"] == 0
+    for per in res["saved"].values():
+        for c in per.values():
+            assert c["delta"] == 0
+            assert c["ci"] == [0.0, 0.0]
+    live = res["live_auroc"]["step:5"]
+    assert live["a"] == live["b"] > 0.8
+    assert live["ci"] == [0.0, 0.0]
+
+
+def test_a_blind_monitor_loses_with_an_interval_below_zero(tmp_path: Path, cfg) -> None:  # type: ignore[no-untyped-def]
+    recs = _runs("a", 160, informative="monitor", seed=0) + _runs(
+        "b", 160, informative="monitor", seed=1
+    )
+    a = _folder(tmp_path / "a", recs)
+    b = _folder(tmp_path / "b", _blind(recs, 3)[:300])  # and 20 runs only A scored
+    assert main([str(a), str(b), "--config", "configs/quick.yaml", "--draws", "40"]) == 0
+    import json
+
+    (res,) = json.loads((a / "paired-b.json").read_text())
+    assert res["runs"] == 300
+    assert res["only_a"] == 20
+    live = res["live_auroc"]["step:5"]
+    assert live["b"] < 0.65 < live["a"]
+    assert live["ci"][1] < 0
+    mon = res["saved"]["0.1"]["monitor"]
+    assert mon["delta"] < 0
+    assert mon["ci"][1] < 0
+    assert "monitor AUROC among runs live at step:5" in (a / "paired-b.md").read_text()

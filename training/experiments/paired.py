@@ -1,0 +1,207 @@
+"""Two cross-fits of the same runs compared run by run, as shipped (issue 26).
+
+    python -m training.experiments.paired A B --config configs/quick.yaml \\
+        --views instance repo time [--draws 500]
+
+A and B are `failfast crossfit` output folders (e.g. the shipped settings and a variant: another
+feature engine, layer count, text). For each view both are calibrated and served exactly as
+their report's `calibrated` section is (training.evaluate.candidates.candidate_stops: every
+candidate, the stack and the per-group choice, thresholds from the other folds or the pair's
+calibration records), on the runs both scored. B minus A, with 95% paired bootstrap intervals
+(runs resampled within agent and label, the same draws for both):
+
+- mean per-agent tokens saved by the served choice and by each single candidate, per target,
+  with each side's worst agent's realized FPR;
+- the monitor's mean per-agent AUROC among runs still going at steps 5 and 10.
+
+Writes A/paired-<name of B>.json and .md and prints the table. What decides a setting is the
+served row on the instance view with the FPR holding on the others (docs/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.atomic import atomic_write_text
+
+LIVE_POINTS = (5, 10)
+MONITOR = "monitor"
+
+
+def _view_pairs(folder: Path, view: str, records: list[Any], folds: int, seed: int) -> list[Any]:
+    from training.evaluate.calibrated import add_length_scores
+    from training.evaluate.views import view_calibration, view_folds
+
+    fold = view_folds(view, records, folds, seed)
+    if fold is not None:
+        add_length_scores(records)
+        return [
+            ([r for r, g in zip(records, fold, strict=True) if g != f],
+             [r for r, g in zip(records, fold, strict=True) if g == f])
+            for f in range(int(fold.max()) + 1)
+        ]  # fmt: skip
+    pairs = view_calibration(folder, records)
+    if pairs is None:
+        raise ValueError(f"{folder}: no calibration records (pairs.json) for view {view!r}")
+    for cal, test in pairs:
+        add_length_scores(cal)
+        add_length_scores(test)
+    return pairs
+
+
+def _served(cfg: Any, folder: Path, view: str, folds: int, keep: set[str] | None) -> Any:
+    from training.data.records import load_records
+    from training.evaluate.candidates import candidate_stops
+
+    records = load_records(folder / "records.parquet")
+    pairs = _view_pairs(folder, view, records, folds, cfg.data.split_seed)
+    if keep is not None:  # calibration records stay whole; only the test runs are matched
+        pairs = [(cal, [r for r in test if r.run_id in keep]) for cal, test in pairs]
+    return candidate_stops(pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed)
+
+
+def _weighted_auc(y: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
+    from training.evaluate.intervals import _auroc
+
+    return _auroc(y, s, w)
+
+
+def compare_view(cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: int) -> dict:
+    """B minus A on one view (module docstring) as a JSON-able dict."""
+    from training.data.records import load_records
+    from training.evaluate.intervals import Outcome, by_group, percentile_ci, resample_weights
+
+    ids_a = {r.run_id for r in load_records(a / view / "records.parquet")}
+    ids_b = {r.run_id for r in load_records(b / view / "records.parquet")}
+    keep = ids_a & ids_b
+    sa = _served(cfg, a / view, view, folds, keep)
+    sb = _served(cfg, b / view, view, folds, keep)
+    rec_b = {r.run_id: r for r in sb.records}
+    names = [n for n in sa.stops if n in sb.stops]
+    targets = sorted(sa.stops[names[0]])
+    groups = by_group(sorted(sa.records, key=lambda r: r.run_id), lambda r: r.agent)
+    ordered = sorted(sa.records, key=lambda r: r.run_id)
+    saved: dict[str, dict[str, dict[str, list[Any]]]] = {
+        f"{t:g}": {n: {"a": [], "b": [], "da": [], "db": [], "fa": [], "fb": []} for n in names}
+        for t in targets
+    }
+    live: dict[int, dict[str, list[Any]]] = {k: {"a": [], "b": [], "da": [], "db": []}
+                                             for k in LIVE_POINTS}  # fmt: skip
+    for i, (_agent, idx) in enumerate(groups.items()):
+        ra = [ordered[j] for j in idx]
+        rb = [rec_b[r.run_id] for r in ra]
+        y = np.array([int(r.resolved) for r in ra])
+        w = resample_weights(y, draws, seed=cfg.data.split_seed + i)
+        for t in targets:
+            for n in names:
+                oa, ob = Outcome.of(ra, sa.stops[n][t]), Outcome.of(rb, sb.stops[n][t])
+                cell = saved[f"{t:g}"][n]
+                cell["a"].append(oa.rates()[2])
+                cell["b"].append(ob.rates()[2])
+                cell["fa"].append(oa.rates()[0])
+                cell["fb"].append(ob.rates()[0])
+                cell["da"].append([oa.rates(x)[2] for x in w])
+                cell["db"].append([ob.rates(x)[2] for x in w])
+        for k in LIVE_POINTS:
+            m = np.array([r.n_steps > k for r in ra])
+            if m.sum() < 2 or len(np.unique(y[m])) < 2:
+                continue
+            fail = 1 - y[m]
+            s_a = np.array([r.scores[MONITOR][k - 1] for r, ok in zip(ra, m, strict=True) if ok])
+            s_b = np.array([r.scores[MONITOR][k - 1] for r, ok in zip(rb, m, strict=True) if ok])
+            one = np.ones(int(m.sum()))
+            live[k]["a"].append(_weighted_auc(fail, s_a, one))
+            live[k]["b"].append(_weighted_auc(fail, s_b, one))
+            live[k]["da"].append([_weighted_auc(fail, s_a, x[m]) for x in w])
+            live[k]["db"].append([_weighted_auc(fail, s_b, x[m]) for x in w])
+
+    def summary(c: dict[str, list[Any]]) -> dict[str, Any]:
+        da, db = np.array(c["da"], dtype=float), np.array(c["db"], dtype=float)
+        out = {
+            "a": float(np.nanmean(c["a"])),
+            "b": float(np.nanmean(c["b"])),
+            "delta": float(np.nanmean(c["b"]) - np.nanmean(c["a"])),
+            "ci": percentile_ci(np.nanmean(db, axis=0) - np.nanmean(da, axis=0)),
+        }
+        if "fa" in c:
+            out["fpr_max_a"] = float(np.nanmax(c["fa"]))
+            out["fpr_max_b"] = float(np.nanmax(c["fb"]))
+        return out
+
+    return {
+        "view": view,
+        "runs": len(keep),
+        "only_a": len(ids_a - keep),
+        "only_b": len(ids_b - keep),
+        "saved": {t: {n: summary(c) for n, c in per.items()} for t, per in saved.items()},
+        "live_auroc": {f"step:{k}": summary(c) for k, c in live.items() if c["a"]},
+    }
+
+
+def _pct(x: float | None, scale: float = 100.0, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else \
+        f"{scale * x:.{digits}f}"  # fmt: skip
+
+
+def markdown(results: Sequence[dict[str, Any]], a: str, b: str) -> str:
+    """One table per view: served and each candidate's tokens saved, then live AUROC."""
+    lines = [f"B = {b} minus A = {a}, paired bootstrap within agent and label", ""]
+    for res in results:
+        lines += [f"### {res['view']} ({res['runs']} runs in both)", "",
+                  "| scorer | target | A saved % | B saved % | B - A [95% CI] | worst FPR A -> B |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for t, per in res["saved"].items():
+            for n, c in per.items():
+                lo, hi = c["ci"]
+                lines.append(
+                    f"| {n} | {float(t):.0%} | {_pct(c['a'])} | {_pct(c['b'])} | "
+                    f"{100 * c['delta']:+.2f} [{_pct(lo, digits=2)}, {_pct(hi, digits=2)}] | "
+                    f"{_pct(c['fpr_max_a'])} -> {_pct(c['fpr_max_b'])} |"
+                )
+        for k, c in res["live_auroc"].items():
+            lo, hi = c["ci"]
+            lines.append(
+                f"\nmonitor AUROC among runs live at {k} (mean per agent): A {c['a']:.3f}, "
+                f"B {c['b']:.3f}, B - A {c['delta']:+.3f} [{_pct(lo, 1, 3)}, {_pct(hi, 1, 3)}]"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from training.config import load_pipeline_config
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", type=Path, help="the reference crossfit folder")
+    p.add_argument("b", type=Path, help="the variant's crossfit folder")
+    p.add_argument("--config", required=True)
+    p.add_argument("-o", "--override", action="append", default=[])
+    p.add_argument("--views", nargs="+", default=["instance"])
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--draws", type=int, default=500)
+    args = p.parse_args(argv)
+    cfg = load_pipeline_config(args.config, args.override)
+    results = []
+    for view in args.views:
+        for side in (args.a, args.b):
+            if not (side / view / "records.parquet").exists():
+                p.error(f"{side / view / 'records.parquet'}: missing (run failfast crossfit)")
+        results.append(compare_view(cfg, args.a, args.b, view, folds=args.folds, draws=args.draws))
+    md = markdown(results, str(args.a), str(args.b))
+    name = f"paired-{args.b.name}"
+    atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
+    atomic_write_text(args.a / f"{name}.md", md)
+    sys.stdout.write(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
