@@ -6,7 +6,8 @@ training.export.quant, VNNI on this CPU), returning the same per-token head feat
 Engines (`model.feature_engine`): "torch" (the PrefixClassifier itself), "ort-fp32", "ort-int8",
 "ort-int8-all" (the down projections in int8 too, activations scaled per call: measured in
 docs/SPEED.md, not shipped), "ort-int8-row" (the down projections in int8 with one activation
-scale per token row: training.export.rowwise_int8).
+scale per token row: training.export.rowwise_int8; configs/quick.yaml's since the fifteenth
+round).
 The graph is exported once per backbone, pooling and engine into the cache folder
 (CACHE/graphs/<key>/features.onnx, written beside and renamed into place) and checked against
 torch on export. Each window is its own call: no padding to pay for, and a window's features
