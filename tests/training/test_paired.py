@@ -71,4 +71,18 @@ def test_a_blind_monitor_loses_with_an_interval_below_zero(tmp_path: Path, cfg) 
     mon = res["saved"]["0.1"]["monitor"]
     assert mon["delta"] < 0
     assert mon["ci"][1] < 0
-    assert "monitor AUROC among runs live at step:5" in (a / "paired-b.md").read_text()
+    md = (a / "paired-b.md").read_text()
+    assert "monitor AUROC among runs live at step:5" in md
+    # Per agent: with the informative monitor the served choice beats every baseline on both
+    # agents; with it blinded the choice falls back to a baseline (or a stack of length and
+    # noise) on at least one of them, tied with a baseline there.
+    count = res["agents_above_baselines"]["0.1"]
+    assert count["a"] == 2
+    assert count["b"] <= 1
+    served = res["per_agent"]["0.1"]["a"]["a"]
+    assert set(served["vs"]) == {"step_limit", "token_limit", "signals_lr", "tfidf_lr"}
+    assert all(c["ci"][0] > 0 for c in served["vs"].values())
+    tied = [per["b"] for per in res["per_agent"]["0.1"].values() if not per["b"]["above_all"]]
+    assert tied
+    assert min(c["ci"][0] for c in tied[0]["vs"].values()) <= 0
+    assert f"(above every one with the paired interval > 0: A 2 of 2, B {count['b']} of 2)" in md

@@ -12,7 +12,9 @@ calibration records), on the runs both scored. B minus A, with 95% paired bootst
 
 - mean per-agent tokens saved by the served choice and by each single candidate, per target,
   with each side's worst agent's realized FPR;
-- the monitor's mean per-agent AUROC among runs still going at steps 5 and 10.
+- the monitor's mean per-agent AUROC among runs still going at steps 5 and 10;
+- per agent and target, on each side, the served choice minus each calibrated baseline (the issue's
+  criterion: more than every baseline with the paired interval above 0), and how many agents pass.
 
 Writes A/paired-<name of B>.json and .md and prints the table. What decides a setting is the
 served row on the instance view with the FPR holding on the others (docs/RESULTS.md).
@@ -34,6 +36,10 @@ from monitor.atomic import atomic_write_text
 
 LIVE_POINTS = (5, 10)
 MONITOR = "monitor"
+SERVED = "selected"
+# The simple rules a served choice must beat per agent (the LM probe and the stack are not
+# baselines: they are what the choice is made from).
+BASELINES = ("step_limit", "token_limit", "signals_lr", "tfidf_lr")
 
 
 def _view_pairs(folder: Path, view: str, records: list[Any], folds: int, seed: int) -> list[Any]:
@@ -95,7 +101,8 @@ def compare_view(cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: in
     }
     live: dict[int, dict[str, list[Any]]] = {k: {"a": [], "b": [], "da": [], "db": []}
                                              for k in LIVE_POINTS}  # fmt: skip
-    for i, (_agent, idx) in enumerate(groups.items()):
+    per_agent: dict[str, dict[str, Any]] = {f"{t:g}": {} for t in targets}
+    for i, (agent, idx) in enumerate(groups.items()):
         ra = [ordered[j] for j in idx]
         rb = [rec_b[r.run_id] for r in ra]
         y = np.array([int(r.resolved) for r in ra])
@@ -110,6 +117,8 @@ def compare_view(cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: in
                 cell["fb"].append(ob.rates()[0])
                 cell["da"].append([oa.rates(x)[2] for x in w])
                 cell["db"].append([ob.rates(x)[2] for x in w])
+            if SERVED in names:
+                per_agent[f"{t:g}"][str(agent)] = _against_baselines(saved[f"{t:g}"], names)
         for k in LIVE_POINTS:
             m = np.array([r.n_steps > k for r in ra])
             if m.sum() < 2 or len(np.unique(y[m])) < 2:
@@ -143,7 +152,35 @@ def compare_view(cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: in
         "only_b": len(ids_b - keep),
         "saved": {t: {n: summary(c) for n, c in per.items()} for t, per in saved.items()},
         "live_auroc": {f"step:{k}": summary(c) for k, c in live.items() if c["a"]},
+        "per_agent": per_agent,
+        "agents_above_baselines": {
+            t: {side: sum(per[side]["above_all"] for per in agents.values()) for side in "ab"}
+            for t, agents in per_agent.items()
+        },
     }
+
+
+def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str]) -> dict:
+    """The agent just appended to `cells`: on each side, the served choice's tokens saved minus
+    each baseline's, with the paired interval over the same draws."""
+    from training.evaluate.intervals import percentile_ci
+
+    out: dict[str, Any] = {}
+    for side in "ab":
+        served = cells[SERVED]
+        vs: dict[str, dict[str, Any]] = {}
+        for n in (n for n in BASELINES if n in names):
+            draws = np.array(served[f"d{side}"][-1], float) - np.array(
+                cells[n][f"d{side}"][-1], float
+            )
+            vs[n] = {"delta": float(served[side][-1] - cells[n][side][-1]),
+                     "ci": percentile_ci(draws)}  # fmt: skip
+        out[side] = {
+            "saved": float(served[side][-1]),
+            "vs": vs,
+            "above_all": bool(vs) and all((c["ci"][0] or 0.0) > 0 for c in vs.values()),
+        }
+    return out
 
 
 def _pct(x: float | None, scale: float = 100.0, digits: int = 1) -> str:
@@ -172,8 +209,36 @@ def markdown(results: Sequence[dict[str, Any]], a: str, b: str) -> str:
                 f"\nmonitor AUROC among runs live at {k} (mean per agent): A {c['a']:.3f}, "
                 f"B {c['b']:.3f}, B - A {c['delta']:+.3f} [{_pct(lo, 1, 3)}, {_pct(hi, 1, 3)}]"
             )
+        lines += _per_agent_markdown(res)
         lines.append("")
     return "\n".join(lines)
+
+
+def _per_agent_markdown(res: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for t, agents in res.get("per_agent", {}).items():
+        if not agents:
+            continue
+        count = res["agents_above_baselines"][t]
+        vs = next(iter(agents.values()))["b"]["vs"]
+        lines += [
+            "",
+            f"Served minus each calibrated baseline per agent at {float(t):.0%}, B "
+            f"(above every one with the paired interval > 0: A {count['a']} of {len(agents)}, "
+            f"B {count['b']} of {len(agents)})",
+            "",
+            "| agent | served % | " + " | ".join(f"minus {n} [CI]" for n in vs) + " | above all |",
+            "|---|---|" + "---|" * len(vs) + "---|",
+        ]
+        for agent, per in agents.items():
+            b = per["b"]
+            cells = [
+                f"{100 * c['delta']:+.1f} [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]"
+                for c in b["vs"].values()
+            ]
+            mark = "yes" if b["above_all"] else "no"
+            lines.append(f"| {agent} | {_pct(b['saved'])} | " + " | ".join(cells) + f" | {mark} |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
