@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 
 from monitor.atomic import atomic_write_text
+from training.evaluate.calibrated import LENGTH_SCORERS
 
 LIVE_POINTS = (5, 10)
 MONITOR = "monitor"
 SERVED = "selected"
 # The simple rules a served choice must beat per agent (the LM probe and the stack are not
 # baselines: they are what the choice is made from).
-BASELINES = ("step_limit", "token_limit", "signals_lr", "tfidf_lr")
+BASELINES = (*LENGTH_SCORERS, "signals_lr", "tfidf_lr")
 
 
 def _view_pairs(folder: Path, view: str, records: list[Any], folds: int, seed: int) -> list[Any]:
@@ -166,8 +167,8 @@ def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str])
     from training.evaluate.intervals import percentile_ci
 
     out: dict[str, Any] = {}
+    served = cells[SERVED]
     for side in "ab":
-        served = cells[SERVED]
         vs: dict[str, dict[str, Any]] = {}
         for n in (n for n in BASELINES if n in names):
             draws = np.array(served[f"d{side}"][-1], float) - np.array(
