@@ -147,6 +147,24 @@ class Bundle:
             return None
         return Choice.load(p, self.thresholds)
 
+    def text_head(self) -> Any:
+        """The LM probe's text part (serving.candidates.TfidfLR, intercept 0) when monitor.json
+        names one (`classifier.text_head`), else None.
+
+        Raises:
+            BundleError: it is named but not listed (hashed) in monitor.json, or unreadable:
+                scoring without it would serve other scores than the thresholds were set on.
+        """
+        from serving.candidates import read_text_head
+
+        name = self.manifest.classifier.get("text_head")
+        if not name:
+            return None
+        p = self.path / str(name)
+        if str(name) not in self.manifest.files:
+            raise BundleError(f"{p}: the probe's text head is not listed in monitor.json")
+        return read_text_head(p)
+
     def group_of(self, agent: str | None, source: str = "") -> str:
         """The threshold group a run of `agent` / `source` belongs to (ThresholdTable.group_of;
         "" when the bundle has no thresholds)."""

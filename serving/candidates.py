@@ -15,15 +15,18 @@ does (tests compare the two).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monitor.errors import BundleError
 from monitor.render import render_header, render_step
-from monitor.types import Step
+from monitor.types import Step, Trajectory
 from serving.numeric import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
 
 STEP_LIMIT = "step_limit"
@@ -104,6 +107,12 @@ class PieceText:
             thought_chars=self.thought_chars,
         )
 
+    def pieces(self, traj: Trajectory) -> list[str]:
+        """The header followed by one piece per step of `traj`."""
+        return [self.header(traj.task, traj.agent)] + [
+            self.step(s, k + 1) for k, s in enumerate(traj.steps)
+        ]
+
     def to_json(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
@@ -170,8 +179,8 @@ class TfidfLR:
         """P(unresolved | prefix) from its accumulated term counts."""
         return float(_sigmoid(self.logit_counts(counts)))
 
-    def scores(self, pieces: Sequence[str]) -> np.ndarray:
-        """P(unresolved | prefix k) for k = 1..n from the header + n step pieces (no token spans
+    def logits(self, pieces: Sequence[str]) -> np.ndarray:
+        """The logit of prefix k for k = 1..n from the header + n step pieces (no token spans
         two pieces: each starts and ends with a newline)."""
         counts: dict[int, float] = {}
         out = []
@@ -181,7 +190,18 @@ class TfidfLR:
             if k == 0:
                 continue  # the header alone is no prefix
             out.append(self.logit_counts(counts))
-        return _sigmoid(np.asarray(out, dtype=np.float64))
+        return np.asarray(out, dtype=np.float64)
+
+    def scores(self, pieces: Sequence[str]) -> np.ndarray:
+        """P(unresolved | prefix k) for k = 1..n (see `logits`)."""
+        return _sigmoid(self.logits(pieces))
+
+    def run_logits(self, traj: Trajectory) -> np.ndarray:
+        """`logits` of every prefix of `traj` (its own PieceText: the LM probe's text columns,
+        monitor_text.json, always have one)."""
+        if self.text is None:
+            raise ValueError("run_logits needs the pieces' cuts (PieceText)")
+        return self.logits(self.text.pieces(traj))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,3 +226,19 @@ class TfidfLR:
             PieceText.from_json(d["text"]) if d.get("text") is not None else None,
             int(d.get("ngram_max", 1)),
         )
+
+
+def read_text_head(path: Path) -> TfidfLR:
+    """The LM probe's text part (train.probe_text: a TfidfLR with intercept 0, its own cuts) as
+    saved beside a model or in a bundle.
+
+    Raises:
+        BundleError: unreadable, or it names no text cuts.
+    """
+    try:
+        head = TfidfLR.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BundleError(f"{path}: not a readable text head of the probe: {e}") from e
+    if head.text is None:
+        raise BundleError(f"{path}: the probe's text head names no text cuts (PieceText)")
+    return head

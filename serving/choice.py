@@ -253,6 +253,8 @@ def step_piece(featuriser: Any, step: Step, k: int, text: PieceText | None = Non
 
 def run_pieces(featuriser: Any, traj: Trajectory, text: PieceText | None = None) -> list[str]:
     """The header followed by one rendered piece per step (see `step_piece`)."""
+    if text is not None:
+        return text.pieces(traj)
     return [header_piece(featuriser, traj.task, traj.agent, text)] + [
         step_piece(featuriser, s, k + 1, text) for k, s in enumerate(traj.steps)
     ]

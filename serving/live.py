@@ -45,6 +45,10 @@ class KVScoreSession:
         self.tokens_encoded = 0
         self.restarts = 0
         self._candidate = None
+        self._text = scorer.text_head  # the LM probe's text part (None: it has none)
+        self._text_counts: dict[int, float] = {}
+        if self._text is not None:
+            self._text_counts = self._text.piece_counts(self._text.text.header(task, agent or ""))
         self._lm = True  # whether the LM probe runs (the candidate needs its score)
         if th.scorer != "monitor":
             header = header_piece(scorer.featuriser, task, agent or "", scorer.choice.tfidf_text)
@@ -81,13 +85,21 @@ class KVScoreSession:
         else:
             self._window.extend(ids)
         sig = signals.astype(np.float32)[self._scorer.signal_index]
+        text = 0.0
+        if self._text is not None:
+            for j, n in self._text.piece_counts(self._text.text.step(step, self.k)).items():
+                self._text_counts[j] = self._text_counts.get(j, 0.0) + n
+            text = self._text.logit_counts(self._text_counts)
         if self._past is None:
             new, past = self._window, self._scorer._start_state
         else:
             new, past = list(ids), self._past
-        return self._run(new, past, sig)
+        return self._run(new, past, sig, text)
 
-    def _run(self, new: list[int], past: list[np.ndarray], sig: np.ndarray) -> float:
+    def _run(
+        self, new: list[int], past: list[np.ndarray], sig: np.ndarray, text: float = 0.0
+    ) -> float:
+        """The graph's logit after the new tokens, plus the text part's `text`, as a score."""
         s = self._scorer
         self._past = None  # until this call succeeds
         step = s.encode_chunk if s.encode_chunk > 0 else max(1, len(new))
@@ -100,7 +112,7 @@ class KVScoreSession:
             logit, past = s.run_kv(new[start : start + step], past, sig)
         self._past = past
         self.tokens_encoded += len(new)
-        score = float(sigmoid(logit))
+        score = float(sigmoid(logit + text))
         if not math.isfinite(score):
             raise FloatingPointError(f"non-finite score at step {self.k}")
         return score

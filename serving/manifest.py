@@ -21,10 +21,16 @@ from monitor.thresholds import DEFAULT_TARGET, ThresholdTable
 from serving.trust import SIGNATURE
 
 MANIFEST = "monitor.json"
-BUNDLE_FORMAT = 2
-"""Version of the bundle layout; a loader refuses other versions. 2: model_kv.onnx takes several
-sessions as rows (left-padded past, right-padded new tokens, per-row positions and last token);
-format 1 graphs assumed one unpadded row and would score a batched row wrongly."""
+MONITOR_TEXT = "monitor_text.json"
+"""The LM probe's text part in a bundle (train.probe_text), named by `classifier.text_head`."""
+BUNDLE_FORMAT = 3
+"""Version of the bundle layout written; a loader refuses formats outside READABLE_FORMATS.
+2: model_kv.onnx takes several sessions as rows (left-padded past, right-padded new tokens,
+per-row positions and last token); format 1 graphs assumed one unpadded row and would score a
+batched row wrongly. 3: the LM probe's score may add a text part (`classifier.text_head` names
+the file, monitor_text.json), which a format-2 loader would silently leave out."""
+READABLE_FORMATS = (2, 3)
+"""Formats this loader reads: a format-2 bundle has no text part and scores as it always did."""
 
 
 class KvShape(BaseModel):
@@ -52,7 +58,8 @@ class Manifest(BaseModel):
     signal_names: list[str] = Field(default_factory=list)
     """The signal columns the graphs read, in order (each one monitor.signals computes)."""
     classifier: dict[str, Any] = Field(default_factory=dict)
-    """`base`, `n_layers`, `hidden`, `head_kind`, `pooling` of the trained classifier."""
+    """`base`, `n_layers`, `hidden`, `head_kind`, `pooling` of the trained classifier, and
+    `text_head` (format 3): the file whose text logit the LM probe's score adds (absent: none)."""
     kv: KvShape | None = None
     """The KV graph's cache shape."""
     label: dict[str, str] = Field(default_factory=dict)
@@ -150,16 +157,19 @@ def read_manifest(raw: bytes, where: Path, *, bundle_format: int | None = None) 
         raise BundleError(f"{where}: manifest must be a JSON object")
     versions = data.get("versions")
     fmt = versions.get("bundle_format") if isinstance(versions, dict) else None
-    if bundle_format is not None and isinstance(versions, dict | None) and fmt != bundle_format:
+    readable: tuple[int, ...] = (
+        READABLE_FORMATS if bundle_format in (None, BUNDLE_FORMAT) else (int(bundle_format),)
+    )
+    if bundle_format is not None and isinstance(versions, dict | None) and fmt not in readable:
         hint = (
             " (an older export: run `failfast export --train-dir OUT --out NEW` on the training "
             "output it came from)"
-            if isinstance(fmt, int) and fmt < bundle_format
+            if isinstance(fmt, int) and fmt < min(readable)
             else ""
         )
         raise BundleError(
             f"{where}: bundle format {fmt!r}, this failfast-monitor reads format "
-            f"{bundle_format}{hint}"
+            f"{' or '.join(map(str, readable))}{hint}"
         )
     try:
         return Manifest.model_validate(data)

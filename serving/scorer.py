@@ -92,6 +92,8 @@ class Scorer:
         self.full = _ort_session(bundle.graph("model.onnx", int8=int8), threads)
         self.kv = _ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
         self.choice = bundle.choice()  # the candidate each group serves (serving.choice)
+        # the LM probe's text part (train.probe_text): its logit is added to the graphs'
+        self.text_head = bundle.text_head()
         self.batcher: KVBatcher | None = None
         self.tokens_encoded = 0  # tokens live sessions had model_kv.onnx encode (all sessions)
         self._count_lock = threading.Lock()
@@ -240,6 +242,11 @@ class Scorer:
             return []
         sig = self._signals(traj)
         out = np.zeros(len(traj.steps), dtype=np.float64)
+        text = (
+            self.text_head.run_logits(traj)
+            if self.text_head is not None
+            else np.zeros(len(traj.steps))
+        )
         for w in self.featuriser.windows(traj):
             if cancelled is not None and cancelled():
                 raise Cancelled(f"stopped scoring {traj.id or 'the run'} at step {w.steps[0]}")
@@ -253,7 +260,7 @@ class Scorer:
             logits = self.full.run(
                 ["logits"], {k: v for k, v in feed.items() if k in self._full_inputs}
             )[0]
-            out[steps - 1] = sigmoid(logits[0])
+            out[steps - 1] = sigmoid(logits[0] + text[steps - 1])
         bad = np.flatnonzero(~np.isfinite(out))
         if bad.size:
             raise FloatingPointError(f"non-finite score at step {int(bad[0]) + 1}")

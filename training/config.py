@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from monitor.config import StrictModel, load_config
 from monitor.featurise import FeaturiserConfig
@@ -117,6 +117,13 @@ class TrainConfig(StrictModel):
     """> 0: add to the probe's loss a ranking loss between failing and resolved prefixes of the
     same agent at the same step (runs alive together; training.model.stop_loss.ranking_pairs), this
     weight times the log loss's total weight; 0: none."""
+    probe_text: float | None = Field(None, gt=0.0)
+    """The probe also reads the TF-IDF text (`tfidf_text`, which must be set): the sublinear
+    TF-IDF of each prefix's terms (the TF-IDF baseline's vocabulary size) as columns beside the
+    hidden state and the signals, multiplied by this scale (so their L2 penalty is 1 / scale**2
+    of a signal column's), one logistic regression over all of them. Served as the ONNX head's
+    logit plus the text columns' (the bundle's monitor_text.json; training.model.probe_text).
+    None: the probe reads the hidden state and the signals only."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True
@@ -171,6 +178,16 @@ class TrainConfig(StrictModel):
     """LoRA dropout."""
     lora_top_layers: int = Field(2, ge=1)
     """LoRA adapters on this many top layers of the (truncated) backbone."""
+
+    @model_validator(mode="after")
+    def _probe_text_has_text(self) -> TrainConfig:
+        if self.probe_text is not None and self.tfidf_text is None:
+            raise ValueError(
+                "train.probe_text needs train.tfidf_text (the text the probe's TF-IDF columns "
+                "count); set tfidf_text: {} for its defaults"
+            )
+        return self
+
     lora_targets: list[str] = Field(
         default_factory=lambda: [
             "q_proj",
@@ -282,6 +299,16 @@ class PipelineConfig(StrictModel):
     thresholds: ThresholdConfig = Field(default_factory=ThresholdConfig)
     evaluate: EvalConfig = Field(default_factory=EvalConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
+
+    @model_validator(mode="after")
+    def _probe_text_needs_probe(self) -> PipelineConfig:
+        if self.train.probe_text is not None and self.model.head != "probe":
+            raise ValueError(
+                f"train.probe_text is for the frozen probe (model.head: probe), not "
+                f"model.head: {self.model.head} (a tuned head is trained without the text "
+                "columns); set train.probe_text: null"
+            )
+        return self
 
 
 def load_pipeline_config(

@@ -238,7 +238,9 @@ def test_bundle_errors(bundle, tmp_path):
         load_bundle(bad)
     m["versions"]["bundle_format"] = 1  # before batched KV graphs: re-export, says the error
     (bad / "monitor.json").write_text(json.dumps(m))
-    with pytest.raises(BundleError, match="bundle format 1, .* reads format 2 .*failfast export"):
+    with pytest.raises(
+        BundleError, match="bundle format 1, .* reads format 2 or 3 .*failfast export"
+    ):
         load_bundle(bad)
     m["versions"]["bundle_format"] = 2
     m["signal_names"] = ["steps", "telepathy"]

@@ -379,3 +379,45 @@ def test_config_hash_ignores_fields_added_later_at_their_default() -> None:
     old = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:12]
     assert config_hash(cfg) == old
     assert config_hash(cfg.model_copy(update={"pin_edit_chars": 400})) != old
+
+
+def test_probe_text_head_is_the_regressions_own_logit(runs, model, tiny_model_dir, tmp_path):
+    """With text columns (train.probe_text) the head's logit plus the text head's is the fitted
+    regression's own logit on every training row; the served form (monitor_text.json) scores
+    runs as the training side does, and a saved model reads it back."""
+    from serving.candidates import PieceText, TfidfLR
+    from training.baselines.probe_text import TextColumns
+    from training.model.classifier import load_classifier, save_classifier
+
+    rng = np.random.default_rng(0)
+    hidden = [rng.normal(size=(len(r.steps), model.n_features)).astype(np.float32) for r in runs]
+    signals = [
+        rng.poisson(2.0, size=(len(r.steps), model.n_signals)).astype(np.float32) for r in runs
+    ]
+    ex = prefix_examples(runs, schedule=EVERY_STEP, weights=run_weights(runs), max_per_run=3)
+    cols = TextColumns.fit(runs, ex, text=PieceText(200, 40, 30, 30, 0), scale=2.0, max_features=60)
+    rows = ProbeRows(
+        ex.rows(hidden), ex.rows(signals), ex.label, ex.weight,
+        [runs[i].agent for i in ex.run], ex.run, ex.step, cols.rows(runs, ex), cols.head(),
+    )  # fmt: skip
+    fit = fit_probe(model, rows, C=0.5, hidden_scale=0.1, agent_columns=False)
+    assert model.text_head is not None
+    assert np.abs(model.text_head.coef).max() > 0
+    with pytest.raises(ValueError, match="pass the run"):
+        head_scores(model, hidden[0], signals[0])
+    per_run = [head_scores(model, h, s, r) for h, s, r in zip(hidden, signals, runs, strict=True)]
+    p = np.clip([per_run[i][k - 1] for i, k in zip(ex.run, ex.step, strict=True)], 1e-7, 1 - 1e-7)
+    w = ex.weight * len(ex.weight) / ex.weight.sum()
+    loss = np.average(-(ex.label * np.log(p) + (1 - ex.label) * np.log(1 - p)), weights=w)
+    assert loss == pytest.approx(fit.train_loss, rel=1e-5)
+    served = TfidfLR.from_json(model.text_head.to_json())
+    for r in runs[:6]:
+        np.testing.assert_allclose(served.run_logits(r), model.text_head.run_logits(r), atol=1e-9)
+    save_classifier(
+        model, tmp_path / "m", tokenizer_dir=tiny_model_dir, base="tiny", head_kind="probe",
+        featuriser=FEAT.model_dump(),
+    )  # fmt: skip
+    again = load_classifier(tmp_path / "m")
+    np.testing.assert_allclose(
+        head_scores(again, hidden[0], signals[0], runs[0]), per_run[0], atol=1e-6
+    )

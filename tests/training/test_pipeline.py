@@ -168,3 +168,66 @@ def test_candidates_calibrate_on_the_same_out_of_fold_runs_as_the_monitor(tiny_m
     for name in ("signals_lr", "tfidf_lr", "step_limit"):
         for g, entry in cands["thresholds"][name]["groups"].items():
             assert entry["n_resolved"] == th["groups"][g]["n_resolved"]
+
+
+def test_probe_text_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path):
+    """train.probe_text: the probe reads the TF-IDF text beside the hidden state; the bundle
+    serves the ONNX head's logit plus monitor_text.json's, and both the whole-run scorer and live
+    KV sessions give the records' scores (calibrated on out-of-fold training runs too)."""
+    import shutil
+
+    from monitor.errors import BundleError
+    from serving.scorer import Scorer
+
+    runs = make_runs(20, seed=3)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        train={
+            "probe_C": [0.3],
+            "probe_hidden_scale": [0.5],
+            "tfidf_text": {"task_chars": 200, "thought_chars": 100},
+            "probe_text": 1.0,
+            "max_prefixes_per_run": 4,
+        },
+        thresholds={"calibration": "val+train-oof"},
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    assert json.loads((out / "model" / "classifier.json").read_text())["text_head"]
+    manifest = json.loads((out / "bundle" / "monitor.json").read_text())
+    assert manifest["versions"]["bundle_format"] == 3
+    assert manifest["classifier"]["text_head"] == "monitor_text.json"
+    assert "monitor_text.json" in manifest["files"]
+    text = json.loads((out / "bundle" / "monitor_text.json").read_text())
+    assert text["intercept"] == 0.0
+    assert np.abs(text["coef"]).max() > 0
+    scorer = Scorer.load(out / "bundle", threads=1)
+    assert scorer.text_head is not None
+    by_id = {r.id: r for r in runs}
+    test = load_records(out / "records" / "test.parquet")
+    oof = load_records(out / "records" / "train_oof.parquet")
+    assert test
+    assert oof
+    assert all(len(r.scores["monitor"]) == r.n_steps for r in oof)
+    moved = 0.0  # the text part is part of the served score
+    for rec in test[:5]:
+        traj = by_id[rec.run_id]
+        full = np.array(scorer.score_run(traj))
+        np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
+        sess = scorer.start(traj.task, traj.agent)
+        live = [sess.observe(st) for st in traj.steps]
+        np.testing.assert_allclose(live, full, atol=1e-4)
+        moved = max(moved, float(np.abs(scorer.text_head.run_logits(traj)).max()))
+    assert moved > 1e-3
+    # a bundle whose text head is missing or unlisted is refused, never served without it
+    bad = tmp_path / "bad"
+    shutil.copytree(out / "bundle", bad)
+    (bad / "monitor_text.json").unlink()
+    with pytest.raises(BundleError, match="monitor_text.json: listed in monitor.json but missing"):
+        Scorer.load(bad)
+    m = json.loads((bad / "monitor.json").read_text())
+    del m["files"]["monitor_text.json"]
+    (bad / "monitor.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="text head is not listed"):
+        Scorer.load(bad, verify=False)

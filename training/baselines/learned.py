@@ -31,7 +31,7 @@ from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
 from monitor.types import Trajectory
 from serving.candidates import PieceText
-from training.baselines.piece_counts import PIECES
+from training.baselines.piece_counts import PIECES, prefix_counts
 from training.config import TrainConfig
 from training.data.examples import (
     PrefixSet,
@@ -62,15 +62,6 @@ def fit_signals_lr(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, C: float = 1.
     pipe = signals_pipeline(C)
     pipe.fit(x, y, lr__sample_weight=np.asarray(w) * len(w) / np.sum(w))
     return pipe
-
-
-def _prefix_counts(counts: sp.csr_matrix) -> sp.csr_matrix:
-    """(n_steps, V) term counts of prefixes 1..n (header included in every row) from the
-    (n + 1, V) counts of the header and each step piece."""
-    cols = np.unique(counts.indices)
-    dense = np.cumsum(counts[:, cols].toarray(), axis=0)[1:]  # (n, |cols|)
-    r, c = np.nonzero(dense)
-    return sp.csr_matrix((dense[r, c], (r, cols[c])), shape=(dense.shape[0], counts.shape[1]))
 
 
 def fit_tfidf_lr(
@@ -113,7 +104,7 @@ def fit_tfidf_lr(
     for r, ks, label, wk in zip(runs, steps, y, w, strict=True):
         if len(ks) == 0:
             continue
-        rows.append(_prefix_counts(PIECES.transform(vec, featuriser, r, text))[np.asarray(ks) - 1])
+        rows.append(prefix_counts(PIECES.transform(vec, featuriser, r, text))[np.asarray(ks) - 1])
         labels.append(np.full(len(ks), label))
         weights.append(np.asarray(wk, dtype=np.float64))
     x = sp.vstack(rows).tocsr()
@@ -135,7 +126,7 @@ def tfidf_run_scores(pipe: Pipeline, featuriser: Featuriser, traj: Trajectory) -
     """P(unresolved | prefix k) for k = 1..n, equal to pipe.predict_proba on each prefix text."""
     vec, tfidf, lr = (pipe.named_steps[n] for n in ("counts", "tfidf", "lr"))
     counts = PIECES.transform(vec, featuriser, traj, getattr(pipe, "piece_text", None))
-    x = tfidf.transform(_prefix_counts(counts))
+    x = tfidf.transform(prefix_counts(counts))
     return lr.predict_proba(x)[:, 1]
 
 

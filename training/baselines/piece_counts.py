@@ -156,5 +156,14 @@ class PieceCounts:
         return out
 
 
+def prefix_counts(counts: sp.csr_matrix) -> sp.csr_matrix:
+    """(n_steps, V) term counts of prefixes 1..n (header included in every row) from the
+    (n + 1, V) counts of the header and each step piece."""
+    cols = np.unique(counts.indices)
+    dense = np.cumsum(counts[:, cols].toarray(), axis=0)[1:]  # (n, |cols|)
+    r, c = np.nonzero(dense)
+    return sp.csr_matrix((dense[r, c], (r, cols[c])), shape=(dense.shape[0], counts.shape[1]))
+
+
 PIECES = PieceCounts()
 """The process's cache (training.baselines.learned reads and fills it)."""

@@ -20,7 +20,14 @@ from monitor.errors import BundleError
 from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
 from monitor.thresholds import ThresholdTable
-from serving.manifest import BUNDLE_FORMAT, MANIFEST, KvShape, Manifest, write_manifest
+from serving.manifest import (
+    BUNDLE_FORMAT,
+    MANIFEST,
+    MONITOR_TEXT,
+    KvShape,
+    Manifest,
+    write_manifest,
+)
 from training.config import ExportConfig
 from training.export.card import model_card
 from training.export.convert import ExportReport, export_graphs
@@ -99,6 +106,7 @@ def _manifest(
         classifier={
             **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
             "pooling": model.pooling,
+            **({"text_head": MONITOR_TEXT} if model.text_head is not None else {}),
         },
         kv=KvShape(
             n_layers=int(model.backbone.config.num_hidden_layers),
@@ -108,7 +116,8 @@ def _manifest(
         ),
         label={
             "positive": "the run ends unresolved (SWE-bench harness verdict)",
-            "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit",
+            "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit"
+            + (f" plus {MONITOR_TEXT}'s" if model.text_head is not None else ""),
         },
         target=cfg.target,
         thresholds=ThresholdTable.model_validate(found["thresholds"])
@@ -177,6 +186,8 @@ def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> 
             report.int8_max_abs_diff,
         )
     shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
+    if model.text_head is not None:  # the probe's text part (train.probe_text), served beside
+        (out / MONITOR_TEXT).write_text(json.dumps(model.text_head.to_json()) + "\n")
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
         shutil.copytree(tdir / "baselines", out / "baselines")

@@ -137,6 +137,14 @@ def model_card(manifest: dict[str, Any], candidates: dict[str, Any] | None = Non
         f"- boundary features: {cls.get('pooling', 'last')} (last = hidden state at the step "
         "boundary; last+mean = also the running mean of the window's hidden states)",
         f"- signals appended to the hidden state: {len(manifest['signal_names'])}",
+        *(
+            [
+                f"- text columns: the probe also reads each prefix's TF-IDF terms; their logit "
+                f"({cls['text_head']}) is added to the graphs' (train.probe_text)"
+            ]
+            if cls.get("text_head")
+            else []
+        ),
         f"- graphs: model.onnx (whole rendering), model_kv.onnx (live sessions, KV cache); "
         f"ORT vs torch max |diff| {manifest['export']['full_max_abs_diff']:.2g} / "
         f"{manifest['export']['kv_max_abs_diff']:.2g}",

@@ -10,7 +10,9 @@ through one linear layer. sigmoid(logit) is the score. The saved folder (OUT/mod
             tokenizer.json (+ tokenizer_config.json)
             head.safetensors                  head.weight, head.bias, signal_mean, signal_std
             classifier.json                   {n_layers, hidden, signal_names, signal_transform,
-                                               pooling, head_kind, base, featuriser}
+                                               pooling, head_kind, base, featuriser, text_head}
+            text_head.json                    only with train.probe_text: the text columns'
+                                               weights, added to the head's logit
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from training.model.backbone import load_backbone, resolve_base
 
 SIGNAL_TRANSFORMS = ("asinh", "none")
 POOLINGS = ("last", "last+mean")
+TEXT_HEAD = "text_head.json"
+"""The probe's text columns' weights (train.probe_text) in a saved model folder."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -71,6 +75,10 @@ class PrefixClassifier(torch.nn.Module):
         self.signal_std: torch.Tensor
         self.register_buffer("signal_mean", torch.zeros(n_signals))
         self.register_buffer("signal_std", torch.ones(n_signals))
+        self.text_head: Any = None
+        """The text's part of the logit (train.probe_text), added to the head's by head_scores
+        and by the served scorer: `run_logits(traj)`, `to_json()` (serving.candidates.TfidfLR
+        JSON, intercept 0); None: the head reads the hidden state and the signals only."""
 
     @property
     def n_signals(self) -> int:
@@ -208,6 +216,9 @@ def save_classifier(
         "featuriser": featuriser,
         **(extra or {}),
     }
+    if model.text_head is not None:
+        (out / TEXT_HEAD).write_text(json.dumps(model.text_head.to_json()) + "\n")
+        meta["text_head"] = TEXT_HEAD
     (out / "classifier.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
 
@@ -241,4 +252,8 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
         model.head.bias.copy_(tensors["head.bias"])
         model.signal_mean.copy_(tensors["signal_mean"])
         model.signal_std.copy_(tensors["signal_std"])
+    if meta.get("text_head"):
+        from serving.candidates import read_text_head
+
+        model.text_head = read_text_head(path / str(meta["text_head"]))
     return model.eval()

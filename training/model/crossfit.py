@@ -56,6 +56,7 @@ def out_of_fold_scores(
     """
     fold = instance_folds(runs, folds, seed=seed)
     saved = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")}
+    saved_text = model.text_head
     out: list[np.ndarray | None] = [None] * len(runs)
     try:
         for f in range(folds):
@@ -71,8 +72,9 @@ def out_of_fold_scores(
             )
             held = np.flatnonzero(fold == f)
             for i in held.tolist():
-                out[i] = head_scores(model, hidden[i], signals[i])
+                out[i] = head_scores(model, hidden[i], signals[i], runs[i])
             log.info("cross-fit fold %d/%d: %d held-out runs scored", f + 1, folds, len(held))
     finally:
         model.load_state_dict(saved, strict=False)
+        model.text_head = saved_text
     return [s if s is not None else np.zeros(0) for s in out]

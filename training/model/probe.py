@@ -5,6 +5,9 @@
   rate while fitting, so the other weights learn what separates runs WITHIN an agent; they are
   then dropped (their weighted mean goes into the bias). Within one agent this only shifts every
   logit by a constant, so per-agent rankings, AUROC and per-agent thresholds are unchanged.
+  With text columns (`ProbeRows.text`, train.probe_text) the same regression also reads each
+  prefix's TF-IDF; their weights become `model.text_head`, whose logit `head_scores` (and the
+  served scorer) add to the head's.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.linear_model import LogisticRegression
 
+from serving.numeric import sigmoid
 from training.model.classifier import PrefixClassifier
 from training.model.stop_loss import ranking_pairs, stop_loss_fit
 
@@ -70,6 +75,9 @@ class ProbeRows:
         agents: (N,) agent of each example's run.
         runs: (N,) index of each example's run (None: unknown; `max_focus` needs it).
         steps: (N,) prefix length of each example (None: unknown; `rank_weight` needs it).
+        text: (N, V) the examples' text columns, already scaled (train.probe_text), or None.
+        text_head: with `text`: what the fitted text weights become the model's `text_head`
+            through (`with_coef(coef)`; training.baselines.probe_text.TextHead).
     """
 
     hidden: np.ndarray
@@ -79,12 +87,15 @@ class ProbeRows:
     agents: list[str]
     runs: np.ndarray | None = None
     steps: np.ndarray | None = None
+    text: sp.csr_matrix | None = None
+    text_head: Any = None
 
     def take(self, keep: np.ndarray) -> ProbeRows:
         """The rows where the boolean mask `keep` is set."""
         agents = [a for a, k in zip(self.agents, keep, strict=True) if k]
         runs = self.runs[keep] if self.runs is not None else None
         steps = self.steps[keep] if self.steps is not None else None
+        text = self.text[np.flatnonzero(keep)] if self.text is not None else None
         return ProbeRows(
             self.hidden[keep],
             self.signals[keep],
@@ -93,6 +104,8 @@ class ProbeRows:
             agents,
             runs,
             steps,
+            text,
+            self.text_head,
         )
 
 
@@ -139,7 +152,14 @@ def fit_probe(
     if names:
         col = {a: j for j, a in enumerate(names)}
         onehot[np.arange(len(y)), [col[a] for a in agents]] = 1.0
-    x = np.hstack([(hidden - h_mean) / h_std, (signals - s_mean) / s_std, onehot])
+    x: Any = np.hstack([(hidden - h_mean) / h_std, (signals - s_mean) / s_std, onehot])
+    if rows.text is not None:
+        if rows.text_head is None or max_focus > 0 or rank_weight > 0:
+            raise ValueError(
+                "fit_probe: text columns need their text_head, and neither max_focus nor "
+                "rank_weight"
+            )
+        x = sp.hstack([sp.csr_matrix(x), rows.text]).tocsr()
     lr = LogisticRegression(C=C, max_iter=max_iter)
     lr.fit(x, y, sample_weight=w)
     if max_focus > 0 or rank_weight > 0:
@@ -156,8 +176,12 @@ def fit_probe(
         )  # fmt: skip
         lr.coef_[0], lr.intercept_[0] = coef1, icpt1
     coef = lr.coef_[0]
-    hdim, sdim = hidden.shape[1], signals.shape[1]
-    c_h, c_s, c_a = coef[:hdim], coef[hdim : hdim + sdim], coef[hdim + sdim :]
+    hdim, sdim, adim = hidden.shape[1], signals.shape[1], len(names)
+    c_h, c_s = coef[:hdim], coef[hdim : hdim + sdim]
+    c_a = coef[hdim + sdim : hdim + sdim + adim]
+    model.text_head = (
+        rows.text_head.with_coef(coef[hdim + sdim + adim :]) if rows.text is not None else None
+    )
     share = onehot.T @ w / w.sum() if names else np.zeros(0)
     bias = float(lr.intercept_[0] - np.sum(c_h * h_mean / h_std) + float(share @ c_a))
     with torch.no_grad():
@@ -196,7 +220,7 @@ def select_probe(
     """
     if len(pairs) > 1 and val_criterion is None:
         raise ValueError("select_probe: a grid of more than one (C, scale) needs validation runs")
-    best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None] | None = None
+    best: tuple[float, dict[str, torch.Tensor], ProbeFit, float | None, Any] | None = None
     selection: dict[str, dict[str, Any]] = {}
     for c, scale in pairs:
         fit = fit_probe(
@@ -227,19 +251,29 @@ def select_probe(
             head = {
                 k: v.clone() for k, v in model.state_dict().items() if not k.startswith("backbone.")
             }
-            best = (crit if crit is not None else 0.0, head, fit, crit)
+            best = (crit if crit is not None else 0.0, head, fit, crit, model.text_head)
     if best is None:
         raise ValueError("select_probe: empty (C, hidden_scale) grid")
     with torch.no_grad():
         model.load_state_dict(best[1], strict=False)
+    model.text_head = best[4]
     return best[2], selection, best[3]
 
 
-def head_scores(model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray) -> np.ndarray:
-    """sigmoid(head) for boundary states (N, H) and raw signals (N, S) -> (N,) float64."""
+def head_scores(
+    model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray, run: Any = None
+) -> np.ndarray:
+    """sigmoid(head) for boundary states (N, H) and raw signals (N, S) -> (N,) float64, the
+    head's logit plus the text's (`model.text_head`, train.probe_text) when the probe reads the
+    run's text: then `run` (the Trajectory of those N steps) is required."""
     with torch.no_grad():
         logits = model.head_logits(
             torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
             torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
         )
-    return torch.sigmoid(logits[0]).double().numpy()
+    if model.text_head is None:
+        return torch.sigmoid(logits[0]).double().numpy()
+    if run is None:
+        raise ValueError("head_scores: this probe reads the run's text; pass the run")
+    z = logits[0].double().numpy() + model.text_head.run_logits(run)[: len(hidden)]
+    return np.asarray(sigmoid(z), dtype=np.float64)

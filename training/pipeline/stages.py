@@ -65,7 +65,10 @@ def split(cfg: PipelineConfig, runs: Sequence[Trajectory]) -> SplitRuns:
 
 def score(model: PrefixClassifier, data: Encoded) -> list[np.ndarray]:
     """The model head's score after every step of every run of `data`."""
-    return [head_scores(model, h, s) for h, s in zip(data.hidden, data.signals, strict=True)]
+    return [
+        head_scores(model, h, s, r)
+        for h, s, r in zip(data.hidden, data.signals, data.runs, strict=True)
+    ]
 
 
 def records(data: Encoded, scores: Mapping[str, Sequence[np.ndarray]]) -> list[RunRecord]:
@@ -138,6 +141,16 @@ def fit_head(
         ex.run,
         ex.step,
     )
+    if tc.probe_text is not None:
+        from training.baselines.learned import piece_text
+        from training.baselines.probe_text import TextColumns
+
+        text = piece_text(tc)
+        assert text is not None  # TrainConfig requires tfidf_text with probe_text
+        cols = TextColumns.fit(
+            train.runs, ex, text=text, scale=tc.probe_text, max_features=tc.tfidf_max_features
+        )
+        rows.text, rows.text_head = cols.rows(train.runs, ex), cols.head()
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
     fit, selection, crit = select_probe(
         model,
