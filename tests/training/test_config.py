@@ -73,3 +73,13 @@ def test_extends_errors_name_the_files(tmp_path):
     (tmp_path / "base.yaml").write_text("train:\n  learning_rate: 1\n")
     with pytest.raises(ConfigError, match="learning_rate"):  # the merged result is still checked
         load_pipeline_config(e)
+
+
+def test_probe_text_needs_its_text_and_the_frozen_probe():
+    quick = next(p for p in CONFIGS if p.name == "quick.yaml")
+    cfg = load_pipeline_config(quick, ["train.probe_text=1.0"])
+    assert cfg.train.probe_text == 1.0
+    with pytest.raises(ConfigError, match="probe_text needs train.tfidf_text"):
+        load_pipeline_config(quick, ["train.probe_text=1.0", "train.tfidf_text=null"])
+    with pytest.raises(ConfigError, match="model.head: lora"):
+        load_pipeline_config(quick, ["train.probe_text=1.0", "model.head=lora"])
