@@ -24,12 +24,15 @@ MANIFEST = "monitor.json"
 MONITOR_TEXT = "monitor_text.json"
 """The LM probe's text part in a bundle (train.probe_text), named by `classifier.text_head`."""
 BUNDLE_FORMAT = 3
-"""Version of the bundle layout written; a loader refuses formats outside READABLE_FORMATS.
+"""The newest bundle layout (written where a text part needs it; a loader refuses formats
+outside READABLE_FORMATS).
 2: model_kv.onnx takes several sessions as rows (left-padded past, right-padded new tokens,
 per-row positions and last token); format 1 graphs assumed one unpadded row and would score a
 batched row wrongly. 3: the LM probe's score may add a text part (`classifier.text_head` names
 the file, monitor_text.json), which a format-2 loader would silently leave out."""
-READABLE_FORMATS = (2, 3)
+TEXTLESS_FORMAT = 2
+"""The format written for a bundle without a text part (what format 2 readers read alike)."""
+READABLE_FORMATS = (TEXTLESS_FORMAT, BUNDLE_FORMAT)
 """Formats this loader reads: a format-2 bundle has no text part and scores as it always did."""
 
 

@@ -23,7 +23,7 @@ def test_bundle_files_and_manifest(bundle):
     assert {"model.onnx", "model_kv.onnx", "model.int8.onnx", "model_kv.int8.onnx"} <= names
     assert {"tokenizer.json", "monitor.json", "README.md", "baselines"} <= names
     m = json.loads((bundle / "monitor.json").read_text())
-    assert m["versions"]["bundle_format"] == 3
+    assert m["versions"]["bundle_format"] == 2
     assert m["export"]["full_max_abs_diff"] <= 1e-4
     assert m["export"]["kv_max_abs_diff"] <= 1e-4
     assert 0 < m["export"]["int8_max_abs_diff"] < 0.5

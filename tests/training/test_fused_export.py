@@ -166,4 +166,4 @@ def test_bundle_lists_every_file_with_its_hash(tiny_model_dir, tmp_path_factory)
     assert set(m["files"]) == set(files)
     assert all(m["files"][k] == sha256_file(p) for k, p in files.items())
     assert m["export"]["config"]["int8_scheme"] == "mixed"
-    assert m["versions"]["bundle_format"] == 3
+    assert m["versions"]["bundle_format"] == 2

@@ -23,6 +23,7 @@ from monitor.thresholds import ThresholdTable
 from serving.manifest import (
     BUNDLE_FORMAT,
     MANIFEST,
+    TEXTLESS_FORMAT,
     MONITOR_TEXT,
     KvShape,
     Manifest,
@@ -69,7 +70,9 @@ def _train_outputs(train_dir: Path | None) -> dict[str, Any]:
     return found
 
 
-def _versions(opset: int) -> dict[str, Any]:
+def _versions(opset: int, *, text_head: bool) -> dict[str, Any]:
+    """The `versions` record; the bundle format is 3 only where a format-2 reader would score
+    wrongly (a text head it would leave out), so every other bundle stays readable by it."""
     from importlib import metadata
 
     import onnx
@@ -81,7 +84,7 @@ def _versions(opset: int) -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         ours = "unknown"
     return {
-        "bundle_format": BUNDLE_FORMAT,
+        "bundle_format": BUNDLE_FORMAT if text_head else TEXTLESS_FORMAT,
         "failfast_monitor": ours,
         "onnx_opset": opset,
         "onnx": onnx.__version__,
@@ -133,7 +136,7 @@ def _manifest(
             "kv_max_abs_diff": report.kv_max_abs_diff,
             "int8_max_abs_diff": report.int8_max_abs_diff,
         },
-        versions=_versions(cfg.opset),
+        versions=_versions(cfg.opset, text_head=model.text_head is not None),
     )
 
 
