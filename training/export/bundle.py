@@ -23,8 +23,8 @@ from monitor.thresholds import ThresholdTable
 from serving.manifest import (
     BUNDLE_FORMAT,
     MANIFEST,
-    TEXTLESS_FORMAT,
     MONITOR_TEXT,
+    TEXTLESS_FORMAT,
     KvShape,
     Manifest,
     write_manifest,
