@@ -30,6 +30,15 @@ def tiny_config(tiny_model_dir, tmp_path, **sections) -> PipelineConfig:
     return PipelineConfig.model_validate(base)
 
 
+def assert_served_as_recorded(scorer, traj, rec) -> None:
+    """The bundle scores `traj` as its training record says: whole run and live KV session."""
+    full = np.array(scorer.score_run(traj))
+    np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
+    sess = scorer.start(traj.task, traj.agent)
+    live = [sess.observe(st) for st in traj.steps]
+    np.testing.assert_allclose(live, full, atol=1e-4)
+
+
 def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
     runs = make_runs(20, seed=1)
     cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False, "probe_C": [0.1, 1.0]})
@@ -98,12 +107,7 @@ def test_pipeline_mean_pooling_records_match_the_bundle(tiny_model_dir, tmp_path
     test = load_records(out / "records" / "test.parquet")
     assert test
     for rec in test[:4]:
-        traj = by_id[rec.run_id]
-        full = np.array(scorer.score_run(traj))
-        np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
-        sess = scorer.start(traj.task, traj.agent)
-        live = [sess.observe(st) for st in traj.steps]
-        np.testing.assert_allclose(live, full, atol=1e-4)
+        assert_served_as_recorded(scorer, by_id[rec.run_id], rec)
 
 
 def test_pipeline_calibrates_on_validation_plus_out_of_fold_training_runs(tiny_model_dir, tmp_path):
@@ -212,13 +216,8 @@ def test_probe_text_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path
     assert all(len(r.scores["monitor"]) == r.n_steps for r in oof)
     moved = 0.0  # the text part is part of the served score
     for rec in test[:5]:
-        traj = by_id[rec.run_id]
-        full = np.array(scorer.score_run(traj))
-        np.testing.assert_allclose(full, rec.scores["monitor"], atol=1e-5)
-        sess = scorer.start(traj.task, traj.agent)
-        live = [sess.observe(st) for st in traj.steps]
-        np.testing.assert_allclose(live, full, atol=1e-4)
-        moved = max(moved, float(np.abs(scorer.text_head.run_logits(traj)).max()))
+        assert_served_as_recorded(scorer, by_id[rec.run_id], rec)
+        moved = max(moved, float(np.abs(scorer.text_head.run_logits(by_id[rec.run_id])).max()))
     assert moved > 1e-3
     # a bundle whose text head is missing or unlisted is refused, never served without it
     bad = tmp_path / "bad"
