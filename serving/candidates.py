@@ -29,6 +29,9 @@ from monitor.render import render_header, render_step
 from monitor.types import Step, Trajectory
 from serving.numeric import sigmoid as _sigmoid  # the one sigmoid (numerically stable)
 
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+"""The terms a TF-IDF counts (scikit-learn's CountVectorizer default): the TF-IDF baseline's and
+the LM probe's text columns', at training and when served."""
 STEP_LIMIT = "step_limit"
 TOKEN_LIMIT = "token_limit"
 
@@ -144,7 +147,7 @@ class TfidfLR:
     idf: np.ndarray
     coef: np.ndarray
     intercept: float
-    token_pattern: str = r"(?u)\b\w\w+\b"
+    token_pattern: str = TOKEN_PATTERN
     text: PieceText | None = None
     ngram_max: int = 1
 
@@ -166,6 +169,11 @@ class TfidfLR:
                     out[j] = out.get(j, 0.0) + 1.0
         return out
 
+    def add_piece(self, counts: dict[int, float], piece: str) -> None:
+        """Add one rendered piece's term counts to a prefix's `counts` (in place)."""
+        for j, n in self.piece_counts(piece).items():
+            counts[j] = counts.get(j, 0.0) + n
+
     def logit_counts(self, counts: Mapping[int, float]) -> float:
         """The logit of a prefix from its accumulated term counts (column -> count)."""
         cols = np.fromiter(counts, dtype=np.int64, count=len(counts))
@@ -185,8 +193,7 @@ class TfidfLR:
         counts: dict[int, float] = {}
         out = []
         for k, piece in enumerate(pieces):
-            for j, c in self.piece_counts(piece).items():
-                counts[j] = counts.get(j, 0.0) + c
+            self.add_piece(counts, piece)
             if k == 0:
                 continue  # the header alone is no prefix
             out.append(self.logit_counts(counts))
@@ -222,7 +229,7 @@ class TfidfLR:
             np.asarray(d["idf"], dtype=np.float64),
             np.asarray(d["coef"], dtype=np.float64),
             float(d["intercept"]),
-            str(d.get("token_pattern", r"(?u)\b\w\w+\b")),
+            str(d.get("token_pattern", TOKEN_PATTERN)),
             PieceText.from_json(d["text"]) if d.get("text") is not None else None,
             int(d.get("ngram_max", 1)),
         )

@@ -218,8 +218,7 @@ class CandidateRun:
         self._tokens.append(int(tokens))
         now: dict[str, float] = {}
         if self._uses("tfidf_lr") and c.tfidf is not None:
-            for j, n in c.tfidf.piece_counts(piece).items():
-                self._counts[j] = self._counts.get(j, 0.0) + n
+            c.tfidf.add_piece(self._counts, piece)
             now["tfidf_lr"] = c.tfidf.score_counts(self._counts)
         if self._uses("signals_lr") and c.signals is not None:
             now["signals_lr"] = float(c.signals.scores(np.asarray(signals)[None])[0])

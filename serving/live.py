@@ -87,8 +87,7 @@ class KVScoreSession:
         sig = signals.astype(np.float32)[self._scorer.signal_index]
         text = 0.0
         if self._text is not None:
-            for j, n in self._text.piece_counts(self._text.text.step(step, self.k)).items():
-                self._text_counts[j] = self._text_counts.get(j, 0.0) + n
+            self._text.add_piece(self._text_counts, self._text.text.step(step, self.k))
             text = self._text.logit_counts(self._text_counts)
         if self._past is None:
             new, past = self._window, self._scorer._start_state

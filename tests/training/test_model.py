@@ -395,10 +395,12 @@ def test_probe_text_head_is_the_regressions_own_logit(runs, model, tiny_model_di
         rng.poisson(2.0, size=(len(r.steps), model.n_signals)).astype(np.float32) for r in runs
     ]
     ex = prefix_examples(runs, schedule=EVERY_STEP, weights=run_weights(runs), max_per_run=3)
-    cols = TextColumns.fit(runs, ex, text=PieceText(200, 40, 30, 30, 0), scale=2.0, max_features=60)
+    cols, text_rows = TextColumns.fit(
+        runs, ex, text=PieceText(200, 40, 30, 30, 0), scale=2.0, max_features=60
+    )
     rows = ProbeRows(
         ex.rows(hidden), ex.rows(signals), ex.label, ex.weight,
-        [runs[i].agent for i in ex.run], ex.run, ex.step, cols.rows(runs, ex), cols.head(),
+        [runs[i].agent for i in ex.run], ex.run, ex.step, text_rows, cols.head(),
     )  # fmt: skip
     fit = fit_probe(model, rows, C=0.5, hidden_scale=0.1, agent_columns=False)
     assert model.text_head is not None

@@ -30,7 +30,7 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from monitor.featurise import Featuriser
 from monitor.schedule import Schedule
 from monitor.types import Trajectory
-from serving.candidates import PieceText
+from serving.candidates import TOKEN_PATTERN, PieceText
 from training.baselines.piece_counts import PIECES, prefix_counts
 from training.config import TrainConfig
 from training.data.examples import (
@@ -92,7 +92,7 @@ def fit_tfidf_lr(
     """
     vec = CountVectorizer(
         max_features=max_features,
-        token_pattern=r"(?u)\b\w\w+\b",
+        token_pattern=TOKEN_PATTERN,
         ngram_range=(1, ngram_max),
         dtype=np.float64,
     )

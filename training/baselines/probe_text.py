@@ -6,8 +6,9 @@ frozen LM's features ranks live runs better than the LM probe or TF-IDF alone, a
 the stack over their separately fitted scores (docs/RESULTS.md, "Issue 26, eighteenth round").
 
 - `TextColumns.fit`: the vocabulary (the `tfidf_max_features` most frequent terms of the
-  training runs' pieces) and the sublinear TF-IDF weights of the training prefixes: no labels.
-  `rows` gives the probe's example rows (times `scale`), `run_matrix` a run's (n_steps, V) rows.
+  training runs' pieces) and the sublinear TF-IDF weights of the training prefixes (no labels),
+  with those prefixes' rows (times `scale`: what the probe's regression reads); `run_matrix`
+  gives a run's (n_steps, V) rows.
 - `TextHead`: the part of the probe's logit the text contributes (a weight per term, no
   intercept: the head's bias holds it), scored from the job's cached piece counts
   (training.baselines.piece_counts); `to_json` is the torch-free form the bundle serves
@@ -26,12 +27,9 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
 
 from monitor.types import Trajectory
-from serving.candidates import PieceText, TfidfLR
+from serving.candidates import TOKEN_PATTERN, PieceText, TfidfLR
 from training.baselines.piece_counts import PIECES, prefix_counts
 from training.data.examples import PrefixSet
-
-TOKEN_PATTERN = r"(?u)\b\w\w+\b"
-"""The terms counted (scikit-learn's default, as the TF-IDF baseline and the served TfidfLR)."""
 
 
 @dataclass
@@ -59,15 +57,16 @@ class TextColumns:
         text: PieceText,
         scale: float,
         max_features: int,
-    ) -> TextColumns:
-        """Vocabulary and TF-IDF weights from the training runs and their example prefixes."""
+    ) -> tuple[TextColumns, sp.csr_matrix]:
+        """Vocabulary and TF-IDF weights from the training runs and their example prefixes, and
+        those examples' rows times `scale` (their prefixes counted once for both)."""
         vec = CountVectorizer(
             max_features=max_features, token_pattern=TOKEN_PATTERN, dtype=np.float64
         )
         PIECES.fit(vec, None, runs, text)
         cols = cls(vec, TfidfTransformer(sublinear_tf=True), text, scale)
-        cols.tfidf.fit(cols._counts(runs, examples))
-        return cols
+        counts = cols._counts(runs, examples)
+        return cols, (cols.tfidf.fit_transform(counts) * scale).tocsr()
 
     def _run_counts(self, run: Trajectory) -> sp.csr_matrix:
         return prefix_counts(PIECES.transform(self.vec, None, run, self.text))
@@ -82,10 +81,6 @@ class TextColumns:
             blocks.append(self._run_counts(runs[i])[examples.step[at] - 1])
             where.append(at)
         return sp.vstack(blocks).tocsr()[np.argsort(np.concatenate(where), kind="stable")]
-
-    def rows(self, runs: Sequence[Trajectory], examples: PrefixSet) -> sp.csr_matrix:
-        """The examples' TF-IDF rows times `scale` (what the probe's regression reads)."""
-        return (self.tfidf.transform(self._counts(runs, examples)) * self.scale).tocsr()
 
     def run_matrix(self, run: Trajectory) -> sp.csr_matrix:
         """(n_steps, V) TF-IDF rows of the run's prefixes 1..n (unscaled)."""

@@ -147,10 +147,10 @@ def fit_head(
 
         text = piece_text(tc)
         assert text is not None  # TrainConfig requires tfidf_text with probe_text
-        cols = TextColumns.fit(
+        cols, rows.text = TextColumns.fit(
             train.runs, ex, text=text, scale=tc.probe_text, max_features=tc.tfidf_max_features
         )
-        rows.text, rows.text_head = cols.rows(train.runs, ex), cols.head()
+        rows.text_head = cols.head()
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
     fit, selection, crit = select_probe(
         model,
