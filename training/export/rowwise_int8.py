@@ -25,10 +25,11 @@ import numpy as np
 MATMULS = ("down_proj",)
 
 
-def rowwise_matmuls(model: object, parts: tuple[str, ...] = MATMULS) -> int:
+def rowwise_matmuls(model: object, parts: tuple[str, ...] = MATMULS, levels: int = 127) -> int:
     """Rewrite `model` (an onnx.ModelProto with its weights loaded) in place: every fp32 MatMul
-    whose name holds one of `parts` and whose second input is a 2-D initializer. Returns the
-    number rewritten."""
+    whose name holds one of `parts` and whose second input is a 2-D initializer, its weights in
+    [-levels, levels] (127; 63 where the CPU's u8 x s8 products saturate:
+    training.model.backbone.u8s8_saturates). Returns the number rewritten."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -59,8 +60,8 @@ def rowwise_matmuls(model: object, parts: tuple[str, ...] = MATMULS) -> int:
             shared = True
         wf = numpy_helper.to_array(w).astype(np.float32)  # (K, N)
         k, cols = wf.shape
-        ws = np.maximum(np.abs(wf).max(axis=0), 1e-12) / 127.0  # (N,)
-        wq = np.clip(np.rint(wf / ws), -127, 127).astype(np.int8)
+        ws = np.maximum(np.abs(wf).max(axis=0), 1e-12) / float(levels)  # (N,)
+        wq = np.clip(np.rint(wf / ws), -levels, levels).astype(np.int8)
         p = f"rw{done}"
         graph.initializer.extend(
             [
@@ -97,14 +98,14 @@ def rowwise_matmuls(model: object, parts: tuple[str, ...] = MATMULS) -> int:
     return done
 
 
-def rowwise_graph(src: Path, dst: Path, parts: tuple[str, ...] = MATMULS) -> int:
+def rowwise_graph(src: Path, dst: Path, parts: tuple[str, ...] = MATMULS, levels: int = 127) -> int:
     """Write SRC's graph to DST (weights in DST.data) with its fp32 `parts` MatMuls in
-    row-scaled int8; the number rewritten. DST appears whole or not at all (written beside,
-    renamed into place)."""
+    row-scaled int8 (weights in [-levels, levels]); the number rewritten. DST appears whole or
+    not at all (written beside, renamed into place)."""
     import onnx
 
     model = onnx.load(str(src))
-    done = rowwise_matmuls(model, parts)
+    done = rowwise_matmuls(model, parts, levels)
     tag = f".tmp{os.getpid()}"
     data = dst.name + ".data"
     tmp = dst.with_name(dst.name + tag)

@@ -179,5 +179,32 @@ def feature_scheme(engine: str, dtype: str) -> str:
     if engine == "torch":
         return "" if dtype == "float32" else f"torch-{dtype}"
     # the int8 engine keeps the down projection in fp32 (training.export.features_graph);
-    # "ort-int8-all" and "ort-int8-row" quantise it too
+    # "ort-int8-all" and "ort-int8-row" quantise it too; "ort-int8-row" has 7-bit weights where
+    # the CPU's u8 x s8 products saturate (`u8s8_saturates`), another graph and other features
+    if engine == "ort-int8-row" and u8s8_saturates():
+        return "ort-int8-row7"
     return "ort-int8-fp32down" if engine == "ort-int8" else engine
+
+
+def u8s8_saturates(cpuinfo: str | None = None) -> bool:
+    """Whether onnxruntime's u8 x s8 integer MatMul may saturate on this CPU: an x86 CPU without
+    VNNI (AVX2 or AVX-512F alone), whose kernel adds pairs of u8 x s8 products in int16
+    (`vpmaddubsw`): 2 x 255 x 127 overflows it, 2 x 255 x 63 does not. Measured on a 2-core AVX2
+    EPYC (docs/SPEED.md, "On a slow AVX2 CPU"): 8-bit row-scaled weights there gave products
+    off by up to 5 on unit-scale inputs; 7-bit weights give the exact integer result.
+
+    `cpuinfo`: the text of /proc/cpuinfo (default: read it); a CPU that is not x86 or whose
+    flags cannot be read counts as not saturating."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            break
+    if "sse2" not in flags:  # not x86 (or unreadable): no vpmaddubsw path
+        return False
+    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
