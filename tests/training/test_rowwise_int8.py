@@ -104,7 +104,9 @@ def test_which_cpus_saturate_and_their_feature_scheme(monkeypatch):
     import training.model.backbone as backbone
 
     monkeypatch.setattr(backbone, "u8s8_saturates", lambda: True)
+    assert backbone.row_weight_levels() == 63
     assert feature_scheme("ort-int8-row", "float32") == "ort-int8-row7"
     assert feature_scheme("ort-int8", "float32") == "ort-int8-fp32down"
     monkeypatch.setattr(backbone, "u8s8_saturates", lambda: False)
+    assert backbone.row_weight_levels() == 127
     assert feature_scheme("ort-int8-row", "float32") == "ort-int8-row"

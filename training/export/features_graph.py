@@ -117,11 +117,10 @@ def export_feature_graph(model: PrefixClassifier, folder: Path, engine: str) -> 
             keep = () if engine == "ort-int8-all" else INT8_FP32_MATMULS
             if engine == "ort-int8-row":
                 from training.export.rowwise_int8 import rowwise_graph
-                from training.model.backbone import u8s8_saturates
+                from training.model.backbone import row_weight_levels
 
                 _dynamic(fp32, tmp / "int8.onnx", per_channel=False, keep=keep)
-                levels = 63 if u8s8_saturates() else 127  # feature_scheme keys the two apart
-                rowwise_graph(tmp / "int8.onnx", tmp / GRAPH, levels=levels)
+                rowwise_graph(tmp / "int8.onnx", tmp / GRAPH, levels=row_weight_levels())
                 for f in tmp.glob("int8.onnx*"):
                     f.unlink()
             else:

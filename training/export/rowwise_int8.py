@@ -29,7 +29,7 @@ def rowwise_matmuls(model: object, parts: tuple[str, ...] = MATMULS, levels: int
     """Rewrite `model` (an onnx.ModelProto with its weights loaded) in place: every fp32 MatMul
     whose name holds one of `parts` and whose second input is a 2-D initializer, its weights in
     [-levels, levels] (127; 63 where the CPU's u8 x s8 products saturate:
-    training.model.backbone.u8s8_saturates). Returns the number rewritten."""
+    training.model.backbone.row_weight_levels). Returns the number rewritten."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 

@@ -181,9 +181,16 @@ def feature_scheme(engine: str, dtype: str) -> str:
     # the int8 engine keeps the down projection in fp32 (training.export.features_graph);
     # "ort-int8-all" and "ort-int8-row" quantise it too; "ort-int8-row" has 7-bit weights where
     # the CPU's u8 x s8 products saturate (`u8s8_saturates`), another graph and other features
-    if engine == "ort-int8-row" and u8s8_saturates():
+    if engine == "ort-int8-row" and row_weight_levels() != 127:
         return "ort-int8-row7"
     return "ort-int8-fp32down" if engine == "ort-int8" else engine
+
+
+def row_weight_levels() -> int:
+    """The weight levels of the "ort-int8-row" graph on this CPU (training.export.rowwise_int8):
+    127 (8-bit), or 63 (7-bit) where `u8s8_saturates`. `feature_scheme` keys the two apart and
+    training.export.features_graph writes the graph with them: one decision for both."""
+    return 63 if u8s8_saturates() else 127
 
 
 def u8s8_saturates(cpuinfo: str | None = None) -> bool:
