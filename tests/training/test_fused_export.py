@@ -121,6 +121,29 @@ def test_int8_schemes_load_and_score(gqa_bundle, tmp_path, scheme):
     assert np.abs(live - a).max() < 0.1
 
 
+@pytest.mark.parametrize("scheme", ["mixed", "dynamic", "per-channel"])
+def test_dynamic_int8_weights_fit_in_seven_bits(gqa_bundle, tmp_path, scheme):
+    """A bundle may be served on x86 without VNNI, whose u8 x s8 kernel adds pairs of products
+    in int16: 2 x 255 x 64 fits, 2 x 255 x 127 does not (training/export/quant.py)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from training.export.quant import quantize_graphs
+
+    b = tmp_path / "b"
+    shutil.copytree(gqa_bundle, b)
+    quantize_graphs(b, scheme)
+    for name in ("model.int8.onnx", "model_kv.int8.onnx"):
+        graph = onnx.load(str(b / name)).graph
+        weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        ints = [n.input[1] for n in graph.node if n.op_type == "MatMulInteger"]
+        assert ints
+        for w in ints:
+            assert weights[w].dtype == np.int8
+            assert np.abs(weights[w].astype(np.int32)).max() <= 64, (name, w)
+            assert np.abs(weights[w].astype(np.int32)).max() >= 32, (name, w)  # the range is used
+
+
 def test_mixed_int8_keeps_the_outlier_projections_fp32(gqa_bundle):
     m = json.loads((gqa_bundle / "monitor.json").read_text())
     assert m["export"]["config"]["int8_scheme"] == "mixed"
