@@ -331,3 +331,18 @@ def test_a_target_no_inner_fold_can_fit_takes_the_groups_choice_over_targets() -
     assert choice["chosen"] == "monitor"
     assert choice["no_evidence"] == ["0.05"]
     assert choice["chosen_by_target"] == {"0.05": "monitor", "0.1": "monitor"}
+
+
+def test_tilted_scores_move_the_threshold_with_the_step() -> None:
+    from training.experiments.stop_rules import VARIANTS, tilted
+
+    s = np.array([0.5, 0.7, 0.7, 0.9, 0.2])
+    np.testing.assert_allclose(tilted(s, 0.0), s, atol=1e-9)
+    up = tilted(s, 0.5)
+    assert up[0] == pytest.approx(0.5)  # log 1 = 0: step 1 keeps its score
+    assert np.all(up[1:] < s[1:])  # later steps need a higher raw score to stop
+    z = np.log(up[3] / (1 - up[3])) - np.log(0.9 / 0.1)
+    assert z == pytest.approx(-0.5 * np.log(4))
+    assert np.all(tilted(s, -0.25)[1:] > s[1:])
+    assert np.all(np.isfinite(tilted(np.array([0.0, 1.0, 1.0]), 1.0)))
+    assert {"tilt0.25", "tilt0.5", "tilt1", "tilt-0.25"} <= set(VARIANTS)

@@ -5,7 +5,7 @@
 Each variant changes how scores become stops, never the models: the margin the targets are
 fitted at (fixed, or relaxed with the group's size: `adaptiveC`), the persistence of the stop rule (k consecutive checks over the threshold),
 `min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean
-of the last m scores); `choiceN` keeps the stops and averages the per-group choice over N draws
+of the last m scores, or the logit less b log(step): a threshold that rises with the step, `tiltB`); `choiceN` keeps the stops and averages the per-group choice over N draws
 of its inner folds. Every candidate and the per-group choice are then calibrated and judged exactly as
 `failfast crossfit`'s `calibrated` section does (training.evaluate.candidates), on the view's
 folds, so the variants compare on the same runs with the same intervals. Use it on the K-fold
@@ -36,6 +36,14 @@ def running_mean(x: np.ndarray, m: int) -> np.ndarray:
     k = np.arange(1, len(x) + 1)
     lo = np.maximum(0, k - m)
     return (c[k] - c[lo]) / (k - lo)
+
+
+def tilted(x: np.ndarray, b: float) -> np.ndarray:
+    """sigmoid(logit(s_k) - b log k) at each step k = 1..n: a threshold on these scores is a
+    threshold on the logit that rises by b per e-fold of the run's length (b < 0: falls)."""
+    s = np.clip(np.asarray(x, dtype=np.float64), 1e-7, 1 - 1e-7)
+    z = np.log(s) - np.log1p(-s) - b * np.log(np.arange(1, len(s) + 1))
+    return 1.0 / (1.0 + np.exp(-z))
 
 
 def _map_scores(records: Sequence[RunRecord], f: Callable[[np.ndarray], np.ndarray]) -> list:
@@ -71,6 +79,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "mean3": {"scores": lambda s: running_mean(s, 3)},
     "mean5": {"scores": lambda s: running_mean(s, 5)},
     "mean3_persist1": {"scores": lambda s: running_mean(s, 3), "persist": 1},
+    # tiltB: the learned scores' logits less B log(step), so the threshold rises with the step
+    "tilt-0.25": {"scores": lambda s: tilted(s, -0.25)},
+    "tilt0.25": {"scores": lambda s: tilted(s, 0.25)},
+    "tilt0.5": {"scores": lambda s: tilted(s, 0.5)},
+    "tilt1": {"scores": lambda s: tilted(s, 1.0)},
 }
 
 
