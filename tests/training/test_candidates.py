@@ -346,3 +346,60 @@ def test_tilted_scores_move_the_threshold_with_the_step() -> None:
     assert np.all(tilted(s, -0.25)[1:] > s[1:])
     assert np.all(np.isfinite(tilted(np.array([0.0, 1.0, 1.0]), 1.0)))
     assert {"tilt0.25", "tilt0.5", "tilt1", "tilt-0.25"} <= set(VARIANTS)
+
+
+def test_an_extra_candidate_from_another_crossfit_is_offered_to_the_choice(
+    records: list[RunRecord], tmp_path
+) -> None:
+    # B's LM probe separates agent b's runs (A's separates agent a's): added to A's records as
+    # an extra candidate, the choice serves it for b and keeps A's probe for a
+    from training.data.records import load_records, save_records
+    from training.evaluate.candidates import candidate_stops
+    from training.experiments.extra_candidate import main as merge_main
+
+    other = {r.run_id: r for r in _runs("b", 240, informative="monitor", seed=1)}
+    b_recs = [
+        dataclasses.replace(
+            r, scores={**r.scores, "monitor": other[r.run_id].scores["monitor"]}
+        ) if r.agent == "b" else r
+        for r in records
+    ]  # fmt: skip
+    half = (np.arange(len(records)) // 2) % 2  # both agents and labels on each side
+    test_ids = [r.run_id for r, h in zip(records, half, strict=True) if h == 1]
+    for side, recs in (("A", records), ("B", b_recs)):
+        (tmp_path / side / "time").mkdir(parents=True)
+        test = [r for r, h in zip(recs, half, strict=True) if h == 1]
+        if side == "B":
+            test = test[:-1]  # B lacks one run
+        save_records(tmp_path / side / "time" / "records.parquet", test)
+        save_records(
+            tmp_path / side / "time" / "calibration-0.parquet",
+            [r for r, h in zip(recs, half, strict=True) if h == 0],
+        )
+        (tmp_path / side / "time" / "pairs.json").write_text(json.dumps([test_ids]))
+    a, b, c = (tmp_path / s for s in "ABC")
+    assert merge_main([str(a), str(b), str(c), "--views", "time"]) == 0
+    merged = load_records(c / "time" / "records.parquet")
+    assert len(merged) == len(test_ids) - 1  # the run B lacks is left out
+    by_id = {r.run_id: r for r in b_recs}
+    for r in merged:
+        np.testing.assert_array_equal(r.scores["monitor_text"], by_id[r.run_id].scores["monitor"])
+        assert r.scores["monitor"] is not None
+    cal = load_records(c / "time" / "calibration-0.parquet")
+    assert all("monitor_text" in r.scores for r in cal)
+    from training.evaluate.views import view_calibration
+
+    pairs = view_calibration(c / "time", merged)  # pairs.json names only the runs C kept
+    assert pairs is not None
+    assert [r.run_id for r in pairs[0][1]] == [r.run_id for r in merged]
+
+    for rs in (cal, merged):
+        add_length_scores(rs)
+    served = candidate_stops([(cal, merged)], _tcfg(), SCHED, extra=["monitor_text"])
+    assert "monitor_text" in served.stops
+    chosen = served.choices[0]
+    assert chosen["b"]["chosen"] in ("monitor_text", "stack")  # b's informative scores
+    assert chosen["a"]["chosen"] in ("monitor", "stack")
+    # without the extra name the candidates are the shipped ones
+    plain = candidate_stops([(cal, merged)], _tcfg(), SCHED)
+    assert "monitor_text" not in plain.stops

@@ -159,13 +159,17 @@ def candidate_stops(
     *,
     seed: int = 0,
     choice_repeats: int = 1,
+    extra: Sequence[str] = (),
 ) -> Served:
     """Every candidate's stops, and the per-group choice's, on the test runs of each
     (calibration, test) pair, calibrated as shipped on the pair's calibration runs (the
-    comparison `crossfit_candidates` reports; training.experiments.paired compares two)."""
+    comparison `crossfit_candidates` reports; training.experiments.paired compares two).
+    `extra`: more scores the records carry, offered to the choice after the shipped candidates
+    (training.experiments.extra_candidate); one that a test record lacks is left out."""
     targets = [float(t) for t in tcfg.targets]
     have = set.intersection(*(set(r.scores) for _, test in pairs for r in test)) | {STACK}
     candidates = [c for c in SIMPLE_FIRST if c in have]
+    candidates += [c for c in extra if c in have and c not in candidates]
     names = [*candidates, SELECTED, SELECTED_PER_TARGET]
     stops: dict[str, dict[float, Stops]] = {c: {t: {} for t in targets} for c in names}
     choices: list[dict[str, Any]] = []

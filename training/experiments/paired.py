@@ -64,7 +64,9 @@ def _view_pairs(folder: Path, view: str, records: list[Any], folds: int, seed: i
     return pairs
 
 
-def _served(cfg: Any, folder: Path, view: str, folds: int, keep: set[str] | None) -> Any:
+def _served(
+    cfg: Any, folder: Path, view: str, folds: int, keep: set[str] | None, extra: Sequence[str] = ()
+) -> Any:
     from training.data.records import load_records
     from training.evaluate.candidates import candidate_stops
 
@@ -72,7 +74,9 @@ def _served(cfg: Any, folder: Path, view: str, folds: int, keep: set[str] | None
     pairs = _view_pairs(folder, view, records, folds, cfg.data.split_seed)
     if keep is not None:  # calibration records stay whole; only the test runs are matched
         pairs = [(cal, [r for r in test if r.run_id in keep]) for cal, test in pairs]
-    return candidate_stops(pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed)
+    return candidate_stops(
+        pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed, extra=extra
+    )
 
 
 def _weighted_auc(y: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
@@ -81,16 +85,19 @@ def _weighted_auc(y: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
     return _auroc(y, s, w)
 
 
-def compare_view(cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: int) -> dict:
-    """B minus A on one view (module docstring) as a JSON-able dict."""
+def compare_view(
+    cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: int, extra: Sequence[str] = ()
+) -> dict:
+    """B minus A on one view (module docstring) as a JSON-able dict; `extra`: more candidates
+    of the per-group choice, on each side whose records carry them (candidate_stops)."""
     from training.data.records import load_records
     from training.evaluate.intervals import Outcome, by_group, percentile_ci, resample_weights
 
     ids_a = {r.run_id for r in load_records(a / view / "records.parquet")}
     ids_b = {r.run_id for r in load_records(b / view / "records.parquet")}
     keep = ids_a & ids_b
-    sa = _served(cfg, a / view, view, folds, keep)
-    sb = _served(cfg, b / view, view, folds, keep)
+    sa = _served(cfg, a / view, view, folds, keep, extra)
+    sb = _served(cfg, b / view, view, folds, keep, extra)
     rec_b = {r.run_id: r for r in sb.records}
     names = [n for n in sa.stops if n in sb.stops]
     targets = sorted(sa.stops[names[0]])
@@ -253,6 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--views", nargs="+", default=["instance"])
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--draws", type=int, default=500)
+    p.add_argument(
+        "--extra",
+        nargs="+",
+        default=[],
+        metavar="SCORE",
+        help="more candidates of the per-group choice (scores the records carry, e.g. the "
+        "monitor_text that training.experiments.extra_candidate adds)",
+    )
     args = p.parse_args(argv)
     cfg = load_pipeline_config(args.config, args.override)
     results = []
@@ -260,7 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for side in (args.a, args.b):
             if not (side / view / "records.parquet").exists():
                 p.error(f"{side / view / 'records.parquet'}: missing (run failfast crossfit)")
-        results.append(compare_view(cfg, args.a, args.b, view, folds=args.folds, draws=args.draws))
+        results.append(
+            compare_view(
+                cfg, args.a, args.b, view, folds=args.folds, draws=args.draws, extra=args.extra
+            )
+        )
     md = markdown(results, str(args.a), str(args.b))
     name = f"paired-{args.b.name}"
     atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
