@@ -3,12 +3,14 @@
     failfast crossfit --rereport --stop-rules base persist3 ... --data - --out XFIT --views instance
 
 Each variant changes how scores become stops, never the models: the margin the targets are
-fitted at (fixed, or relaxed with the group's size: `adaptiveC`), the persistence of the stop rule (k consecutive checks over the threshold),
-`min_steps`, how often a score is checked (`every`), or the scores themselves (the running mean
-of the last m scores, or the logit less b log(step): a threshold that rises with the step, `tiltB`); `choiceN` keeps the stops and averages the per-group choice over N draws
-of its inner folds. Every candidate and the per-group choice are then calibrated and judged exactly as
-`failfast crossfit`'s `calibrated` section does (training.evaluate.candidates), on the view's
-folds, so the variants compare on the same runs with the same intervals. Use it on the K-fold
+fitted at (fixed, or relaxed with the group's size: `adaptiveC`), the persistence of the stop
+rule (k consecutive checks over the threshold), `min_steps`, how often a score is checked
+(`every`), or the scores themselves (the running mean of the last m scores, or the logit less
+b log(step), a threshold that rises with the step: `tiltB`); `choiceN` keeps the stops and
+averages the per-group choice over N draws of its inner folds. Every candidate and the per-group
+choice are then calibrated and judged exactly as `failfast crossfit`'s `calibrated` section does
+(training.evaluate.candidates), on the view's folds, so the variants compare on the same runs
+with the same intervals. Use it on the K-fold
 views (instance, repo): the shift view checks the FPR promise of what the instance view prefers.
 """
 
