@@ -3,7 +3,9 @@
 Inputs at prefix k of a run of group g: the logit of each base score (the LM probe, the signals
 LR, TF-IDF) and the run's length so far against g's own resolved runs: the share of them that
 had already ended by k steps and by the run's tokens so far (their empirical distribution), plus
-log steps and log tokens. A logistic regression on the checked prefixes, each run weighing 1 and
+log steps and log tokens. Not time so far: in ../shared/data only mini-swe-agent's runs carry
+step timestamps (300 of 4,078), and a live session's clock also counts the harness's own waits,
+so offline and live would disagree. A logistic regression on the checked prefixes, each run weighing 1 and
 each (group, label) cell weighing the same; one model per group whose calibration runs support it
 (`min_runs` of each label), the rest share one model with a per-group offset.
 
