@@ -69,3 +69,23 @@ def test_paired_auroc_delta_is_zero_for_identical_scores_and_positive_for_a_bett
     assert d["runs"] == 60
     assert d["delta"] > 0.1
     assert 0 < d["lo"] <= d["delta"] <= d["hi"]
+
+
+def test_a_write_that_fails_leaves_the_previous_records_whole(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "records.parquet"
+    one = RunRecord("r1", "i1", "a", "a", True, np.array([1, 2]), {"monitor": np.array([0.1, 0.2])})
+    save_records(path, [one])
+    before = path.read_bytes()
+
+    def killed(fd):
+        raise OSError("killed mid-write")
+
+    monkeypatch.setattr(os, "fsync", killed)
+    with pytest.raises(OSError, match="killed"):
+        save_records(path, [one, one])
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [r.run_id for r in load_records(path)] == ["r1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.parquet"]  # no leftovers

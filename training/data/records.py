@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from monitor.atomic import atomic_write_bytes
+
 Stops = dict[str, int | None]
 """What a stop rule did to some runs: run_id -> the prefix length k it stopped the run at, None =
 not stopped."""
@@ -103,7 +105,10 @@ def save_records(path: str | Path, records: list[RunRecord]) -> None:
             for r in records
         ]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(cols), path)
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.table(cols), buf)
+    # whole or not at all: a cross-fit killed while writing keeps the previous records
+    atomic_write_bytes(path, buf.getvalue().to_pybytes())
 
 
 def load_records(path: str | Path) -> list[RunRecord]:
