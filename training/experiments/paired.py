@@ -16,6 +16,9 @@ calibration records), on the runs both scored. B minus A, with 95% paired bootst
 - per agent and target, on each side, the served choice minus each calibrated baseline (the issue's
   criterion: more than every baseline with the paired interval above 0), and how many agents pass.
 
+`--extra NAME ...` offers more scores the records carry to the per-group choice, on each side
+that carries them (training.experiments.extra_candidate adds another cross-fit's LM probe).
+
 Writes A/paired-<name of B>.json and .md and prints the table. What decides a setting is the
 served row on the instance view with the FPR holding on the others (docs/RESULTS.md).
 """
