@@ -382,9 +382,10 @@ def test_an_extra_candidate_from_another_crossfit_is_offered_to_the_choice(
     merged = load_records(c / "time" / "records.parquet")
     assert len(merged) == len(test_ids) - 1  # the run B lacks is left out
     by_id = {r.run_id: r for r in b_recs}
+    a_by_id = {r.run_id: r for r in records}
     for r in merged:
         np.testing.assert_array_equal(r.scores["monitor_text"], by_id[r.run_id].scores["monitor"])
-        assert r.scores["monitor"] is not None
+        np.testing.assert_array_equal(r.scores["monitor"], a_by_id[r.run_id].scores["monitor"])
     cal = load_records(c / "time" / "calibration-0.parquet")
     assert all("monitor_text" in r.scores for r in cal)
     from training.evaluate.views import view_calibration

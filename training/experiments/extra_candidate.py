@@ -9,10 +9,10 @@ A and B are `failfast crossfit` folders of the same runs (e.g. the shipped setti
 text probe, `-o train.probe_text=1.0 -o train.max_prefixes_per_run=8`). C is A's records with B's
 `monitor` scores added under NAME, for each view: records.parquet and, for the views without K
 folds (time, benchmark), each pair's calibration-<i>.parquet (B's own out-of-fold calibration
-scores) and pairs.json (less the runs C left out). The paired comparison with `--extra NAME` then offers NAME to the choice
-beside A's candidates, calibrated and chosen exactly as they are: the question is whether a
-bundle that served B's probe where the choice picks it, and A's everywhere else, beats A alone.
-A run B did not score is left out of C (and counted).
+scores) and pairs.json (less the runs C left out). The paired comparison with `--extra NAME`
+then offers NAME to the choice beside A's candidates, calibrated and chosen exactly as they are:
+the question is whether a bundle that served B's probe where the choice picks it, and A's
+everywhere else, beats A alone. A run B did not score is left out of C (and counted).
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ from training.data.records import load_records, save_records
 from training.evaluate.views import PAIRS_JSON, calibration_file
 
 
-def merge_file(a: Path, b: Path, out: Path, name: str, source: str = "monitor") -> dict[str, int]:
-    """A's records with B's `source` scores added as `name`; written to OUT."""
+def merge_file(
+    a: Path, b: Path, out: Path, name: str, source: str = "monitor"
+) -> tuple[set[str], int]:
+    """A's records with B's `source` scores added as `name`, written to OUT; returns the run ids
+    written and how many of A's runs were left out (B did not score them)."""
     by_id = {r.run_id: r for r in load_records(b)}
     merged, missing = [], 0
     for r in load_records(a):
@@ -47,28 +50,29 @@ def merge_file(a: Path, b: Path, out: Path, name: str, source: str = "monitor") 
                 "(the two cross-fits read different transcripts)"
             )
         merged.append(dataclasses.replace(r, scores={**r.scores, name: s}))
-    out.parent.mkdir(parents=True, exist_ok=True)
     save_records(out, merged)
-    return {"records": len(merged), "missing": missing}
+    return {r.run_id for r in merged}, missing
 
 
-def merge_view(a: Path, b: Path, c: Path, name: str) -> dict[str, dict[str, int]]:
-    """C/<view> from A/<view> and B/<view> (module docstring); per file, what was merged."""
-    done = {"records": merge_file(a / "records.parquet", b / "records.parquet",
-                                  c / "records.parquet", name)}  # fmt: skip
+def merge_view(a: Path, b: Path, c: Path, name: str) -> dict[str, tuple[int, int]]:
+    """C/<view> from A/<view> and B/<view> (module docstring); per file written, (runs written,
+    runs left out)."""
+    kept, missing = merge_file(a / "records.parquet", b / "records.parquet",
+                               c / "records.parquet", name)  # fmt: skip
+    done = {"records": (len(kept), missing)}
     if (a / PAIRS_JSON).exists():
-        if not (b / PAIRS_JSON).exists() or json.loads((a / PAIRS_JSON).read_text()) != json.loads(
-            (b / PAIRS_JSON).read_text()
-        ):
+        pairs = json.loads((a / PAIRS_JSON).read_text())
+        if not (b / PAIRS_JSON).exists() or pairs != json.loads((b / PAIRS_JSON).read_text()):
             raise ValueError(f"{a} and {b}: not the same (train, test) pairs ({PAIRS_JSON})")
-        kept = {r.run_id for r in load_records(c / "records.parquet")}
-        pairs = [[x for x in ids if x in kept] for ids in json.loads((a / PAIRS_JSON).read_text())]
-        atomic_write_text(c / PAIRS_JSON, json.dumps(pairs))
+        atomic_write_text(
+            c / PAIRS_JSON, json.dumps([[x for x in ids if x in kept] for ids in pairs])
+        )
         i = 0
         while calibration_file(a, i).exists():
-            done[calibration_file(a, i).name] = merge_file(
+            ids, missing = merge_file(
                 calibration_file(a, i), calibration_file(b, i), calibration_file(c, i), name
             )
+            done[calibration_file(a, i).name] = (len(ids), missing)
             i += 1
     return done
 
@@ -86,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (side / view / "records.parquet").is_file():
                 p.error(f"{side / view / 'records.parquet'}: missing (run failfast crossfit)")
         done = merge_view(args.a / view, args.b / view, args.c / view, args.name)
-        for f, n in done.items():
-            sys.stdout.write(f"{args.c / view} {f}: {n['records']} runs, {n['missing']} left out\n")
+        for f, (n, missing) in done.items():
+            sys.stdout.write(f"{args.c / view} {f}: {n} runs, {missing} left out\n")
     return 0
 
 

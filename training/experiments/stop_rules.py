@@ -10,8 +10,8 @@ b log(step), a threshold that rises with the step: `tiltB`); `choiceN` keeps the
 averages the per-group choice over N draws of its inner folds. Every candidate and the per-group
 choice are then calibrated and judged exactly as `failfast crossfit`'s `calibrated` section does
 (training.evaluate.candidates), on the view's folds, so the variants compare on the same runs
-with the same intervals. Use it on the K-fold
-views (instance, repo): the shift view checks the FPR promise of what the instance view prefers.
+with the same intervals. Use it on the K-fold views (instance, repo): the shift view checks the
+FPR promise of what the instance view prefers.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def running_mean(x: np.ndarray, m: int) -> np.ndarray:
 def tilted(x: np.ndarray, b: float) -> np.ndarray:
     """sigmoid(logit(s_k) - b log k) at each step k = 1..n: a threshold on these scores is a
     threshold on the logit that rises by b per e-fold of the run's length (b < 0: falls)."""
-    s = np.clip(np.asarray(x, dtype=np.float64), 1e-7, 1 - 1e-7)
-    z = np.log(s) - np.log1p(-s) - b * np.log(np.arange(1, len(s) + 1))
-    return 1.0 / (1.0 + np.exp(-z))
+    from serving.numeric import logit, sigmoid
+
+    return sigmoid(logit(x) - b * np.log(np.arange(1, len(x) + 1)))
 
 
 def _map_scores(records: Sequence[RunRecord], f: Callable[[np.ndarray], np.ndarray]) -> list:
