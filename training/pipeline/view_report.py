@@ -33,11 +33,8 @@ def write_view_report(
     report, and every candidate calibrated as shipped with the per-group choice
     (training.evaluate.candidates) where the view has calibration records for it (module
     docstring)."""
-    from training.evaluate.candidates import (
-        candidates_markdown,
-        crossfit_candidates,
-        pair_candidates,
-    )
+    from training.evaluate.candidates import crossfit_candidates, pair_candidates
+    from training.evaluate.candidates_markdown import candidates_markdown
     from training.evaluate.crossfit_plots import plot_threshold_methods
     from training.evaluate.crossfit_report import crossfit_report, report_markdown
 
