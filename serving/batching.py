@@ -82,12 +82,15 @@ def pack(requests: Sequence[KVRequest], past_names: Sequence[str]) -> dict[str, 
 
 
 def unpack(
-    outputs: Sequence[np.ndarray], requests: Sequence[KVRequest]
-) -> list[tuple[float, State]]:
-    """Each request's (logit, new state) from the outputs of `pack`'s call."""
-    logits, present = outputs[0], outputs[1:]
+    outputs: Sequence[np.ndarray], requests: Sequence[KVRequest], heads: int = 1
+) -> list[tuple[np.ndarray, State]]:
+    """Each request's (logits, new state) from the outputs of `pack`'s call: logits (heads,)
+    float64, one per logit output of the graph (the first `heads` outputs: "logits", then
+    "logits_text" where the bundle has a second probe)."""
+    logits = np.stack([np.asarray(o, dtype=np.float64) for o in outputs[:heads]], axis=1)
+    present = outputs[heads:]
     if len(requests) == 1 and len(requests[0].ids):  # nothing padded: the outputs as they are
-        return [(float(logits[0]), list(present))]
+        return [(logits[0], list(present))]
     past = max(r.past for r in requests)
     out = []
     for i, r in enumerate(requests):
@@ -98,7 +101,7 @@ def unpack(
             else:  # (B, kv_heads, P + N, hd): this row's real slots, past then new
                 real = t[i : i + 1, :, past - r.past : past + len(r.ids)]
                 state.append(np.ascontiguousarray(real))
-        out.append((float(logits[i]), state))
+        out.append((logits[i], state))
     return out
 
 
@@ -148,6 +151,7 @@ class KVBatcher:
         past_names: the graph's past inputs in order.
         window: seconds to wait for more requests after the first one arrives.
         max_batch: most rows in one call.
+        heads: the graph's logit outputs (`unpack`).
     """
 
     def __init__(
@@ -157,9 +161,11 @@ class KVBatcher:
         *,
         window: float = 0.005,
         max_batch: int = 16,
+        heads: int = 1,
     ) -> None:
         self._run = run
         self.past_names = list(past_names)
+        self.heads = int(heads)
         self.window = float(window)
         self.max_batch = int(max_batch)
         self._queue: list[KVRequest] = []
@@ -170,8 +176,9 @@ class KVBatcher:
         self._thread = threading.Thread(target=self._loop, name="kv-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, request: KVRequest) -> tuple[float, State]:
-        """Queue `request`, wait for its batch; its (logit, new state). Raises what the call raised."""
+    def submit(self, request: KVRequest) -> tuple[np.ndarray, State]:
+        """Queue `request`, wait for its batch; its (logits, new state) as `unpack` gives them.
+        Raises what the call raised."""
         with self._cv:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
@@ -210,7 +217,7 @@ class KVBatcher:
     def _run_group(self, group: list[KVRequest]) -> None:
         try:
             outputs = self._run(pack(group, self.past_names))
-            results = unpack(outputs, group)
+            results = unpack(outputs, group, self.heads)
         except BaseException as e:  # noqa: BLE001 - every waiting caller gets the error
             for r in group:
                 r.future.set_exception(e)

@@ -165,6 +165,24 @@ class Bundle:
             raise BundleError(f"{p}: the probe's text head is not listed in monitor.json")
         return read_text_head(p)
 
+    def text_probe(self) -> Any:
+        """The second probe's text part (serving.candidates.TfidfLR, intercept 0) when
+        monitor.json names one (`classifier.text_probe`; the graphs then output "logits_text"),
+        else None.
+
+        Raises:
+            BundleError: as for `text_head`.
+        """
+        from serving.candidates import read_text_head
+
+        name = self.manifest.classifier.get("text_probe")
+        if not name:
+            return None
+        p = self.path / str(name)
+        if str(name) not in self.manifest.files:
+            raise BundleError(f"{p}: the second probe's text part is not listed in monitor.json")
+        return read_text_head(p)
+
     def group_of(self, agent: str | None, source: str = "") -> str:
         """The threshold group a run of `agent` / `source` belongs to (ThresholdTable.group_of;
         "" when the bundle has no thresholds)."""

@@ -45,6 +45,9 @@ from serving.stack import Stack, StackBag, stack_from_json
 log = logging.getLogger(__name__)
 
 MONITOR = "monitor"
+MONITOR_TEXT = "monitor_text"
+"""The second LM probe, which also reads the TF-IDF text (train.text_candidate): the graphs'
+second logit plus its text part, served where the bundle has one (`Choice.text_probe`)."""
 
 
 @dataclass
@@ -56,6 +59,8 @@ class Choice:
         tables: candidate name -> its thresholds (ThresholdTable).
         signals, tfidf, stack: the candidates' numpy parameters (None: not in the file).
         recalibrated: groups `failfast calibrate` re-calibrated (served by the monitor).
+        text_probe: whether the bundle's graphs carry the second probe (MONITOR_TEXT); the
+            scorer sets it (candidates.json does not know the graphs).
     """
 
     chosen: dict[str, dict[str, Any]]
@@ -64,6 +69,7 @@ class Choice:
     tfidf: TfidfLR | None = None
     stack: Stack | StackBag | None = None
     recalibrated: set[str] = field(default_factory=set)
+    text_probe: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], monitor_table: ThresholdTable | None) -> Choice:
@@ -93,6 +99,8 @@ class Choice:
         """Whether this bundle can score candidate `name` without torch."""
         if name in (MONITOR, STEP_LIMIT, TOKEN_LIMIT):
             return True
+        if name == MONITOR_TEXT:
+            return self.text_probe
         if name == "signals_lr":
             return self.signals is not None
         if name == "tfidf_lr":
@@ -140,9 +148,9 @@ class Choice:
         return dataclasses.replace(th, scorer=name, why=why)
 
     def needs_monitor(self, name: str) -> bool:
-        """Whether candidate `name` needs the LM probe's score (the probe itself, or a stack
-        over it)."""
-        if name == MONITOR:
+        """Whether candidate `name` needs the graphs' scores (the LM probe, the second probe, or
+        a stack over the LM probe)."""
+        if name in (MONITOR, MONITOR_TEXT):
             return True
         return name == "stack" and self.stack is not None and MONITOR in self.stack.bases
 
@@ -163,13 +171,21 @@ class Choice:
         tokens: Sequence[int],
         group: str,
         monitor: Sequence[float] | None = None,
+        monitor_text: Sequence[float] | None = None,
     ) -> np.ndarray:
         """Candidate `name`'s score after each step of a whole run: the same numbers a
         `CandidateRun` gives step by step (`pieces`: header + one rendered piece per step,
-        `signals`: the full signal matrix, `tokens`: each step's tokens)."""
+        `signals`: the full signal matrix, `tokens`: each step's tokens; `monitor`,
+        `monitor_text`: the graphs' scores where `needs_monitor`)."""
         run = self.start(name, pieces[0], group)
         out = [
-            run.observe(pieces[k + 1], signals[k], int(tokens[k]), monitor[k] if monitor else None)
+            run.observe(
+                pieces[k + 1],
+                signals[k],
+                int(tokens[k]),
+                monitor[k] if monitor else None,
+                monitor_text[k] if monitor_text else None,
+            )
             for k in range(len(tokens))
         ]
         return np.asarray(out, dtype=np.float64)
@@ -209,12 +225,22 @@ class CandidateRun:
         )
 
     def observe(
-        self, piece: str, signals: np.ndarray, tokens: int, monitor: float | None = None
+        self,
+        piece: str,
+        signals: np.ndarray,
+        tokens: int,
+        monitor: float | None = None,
+        monitor_text: float | None = None,
     ) -> float:
         """Add one step (its rendered piece, the signal vector after it in SIGNAL_NAMES order,
-        its tokens, and the LM probe's score when `needs_monitor`); return the candidate's
-        score after it."""
+        its tokens, and the LM probe's score, or the second probe's, when `needs_monitor`);
+        return the candidate's score after it."""
         c = self.choice
+        if self.name == MONITOR_TEXT:
+            if monitor_text is None:
+                raise ValueError(f"{self.name} needs the second probe's score")
+            self._tokens.append(int(tokens))
+            return float(monitor_text)
         self._tokens.append(int(tokens))
         now: dict[str, float] = {}
         if self._uses("tfidf_lr") and c.tfidf is not None:

@@ -45,11 +45,14 @@ class KVScoreSession:
         self.tokens_encoded = 0
         self.restarts = 0
         self._candidate = None
-        self._text = scorer.text_head  # the LM probe's text part (None: it has none)
-        self._text_counts: dict[int, float] = {}
-        if self._text is not None:
-            self._text_counts = self._text.piece_counts(self._text.text.header(task, agent or ""))
-        self._lm = True  # whether the LM probe runs (the candidate needs its score)
+        # the text parts added to the graphs' logits: the LM probe's (train.probe_text) and the
+        # second probe's (train.text_candidate); None where there is none
+        self._texts = [scorer.text_head, scorer.text_probe][: scorer.heads]
+        self._text_counts: list[dict[int, float]] = [
+            t.piece_counts(t.text.header(task, agent or "")) if t is not None else {}
+            for t in self._texts
+        ]
+        self._lm = True  # whether the graphs run (the candidate needs their scores)
         if th.scorer != "monitor":
             header = header_piece(scorer.featuriser, task, agent or "", scorer.choice.tfidf_text)
             group = scorer.bundle.group_of(agent, source)
@@ -66,17 +69,19 @@ class KVScoreSession:
             self._tracker.update(step)
             self.k += 1
             signals = np.asarray(self._tracker.vector(), dtype=np.float64)  # after this step
-            monitor = self._monitor_score(step, signals) if self._lm else None
+            scores = self._graph_scores(step, signals) if self._lm else []
             if self._candidate is None:
-                assert monitor is not None
-                return monitor
+                return scores[0]
             piece = step_piece(
                 self._scorer.featuriser, step, self.k, self._scorer.choice.tfidf_text
             )
-            return self._candidate.observe(piece, signals, step.tokens, monitor)
+            monitor = scores[0] if scores else None
+            text = scores[1] if len(scores) > 1 else None
+            return self._candidate.observe(piece, signals, step.tokens, monitor, text)
 
-    def _monitor_score(self, step: Step, signals: np.ndarray) -> float:
-        """The LM probe's score after `step` (`signals`: the tracker's vector after it)."""
+    def _graph_scores(self, step: Step, signals: np.ndarray) -> list[float]:
+        """The LM probe's score after `step` and, where the bundle has one, the second
+        probe's (`signals`: the tracker's vector after it)."""
         ids, restarted = self._render.add(step)
         if restarted:
             self._window = list(ids)
@@ -85,10 +90,11 @@ class KVScoreSession:
         else:
             self._window.extend(ids)
         sig = signals.astype(np.float32)[self._scorer.signal_index]
-        text = 0.0
-        if self._text is not None:
-            self._text.add_piece(self._text_counts, self._text.text.step(step, self.k))
-            text = self._text.logit_counts(self._text_counts)
+        text = np.zeros(len(self._texts))
+        for j, (t, counts) in enumerate(zip(self._texts, self._text_counts, strict=True)):
+            if t is not None:
+                t.add_piece(counts, t.text.step(step, self.k))
+                text[j] = t.logit_counts(counts)
         if self._past is None:
             new, past = self._window, self._scorer._start_state
         else:
@@ -96,13 +102,13 @@ class KVScoreSession:
         return self._run(new, past, sig, text)
 
     def _run(
-        self, new: list[int], past: list[np.ndarray], sig: np.ndarray, text: float = 0.0
-    ) -> float:
-        """The graph's logit after the new tokens, plus the text part's `text`, as a score."""
+        self, new: list[int], past: list[np.ndarray], sig: np.ndarray, text: np.ndarray
+    ) -> list[float]:
+        """The graph's logits after the new tokens, plus the text parts' `text`, as scores."""
         s = self._scorer
         self._past = None  # until this call succeeds
         step = s.encode_chunk if s.encode_chunk > 0 else max(1, len(new))
-        logit = 0.0
+        logit = np.zeros(len(text))
         # Long inputs (the whole window after a re-render) go through the graph in chunks: one
         # 2,048-token call holds ~0.8 GB of attention activations, so concurrent re-renders under
         # load set the server's peak memory (see Scorer.encode_chunk); chunks also keep the
@@ -111,7 +117,7 @@ class KVScoreSession:
             logit, past = s.run_kv(new[start : start + step], past, sig)
         self._past = past
         self.tokens_encoded += len(new)
-        score = float(sigmoid(logit + text))
-        if not math.isfinite(score):
+        scores = [float(v) for v in sigmoid(logit + text)]
+        if not all(math.isfinite(v) for v in scores):
             raise FloatingPointError(f"non-finite score at step {self.k}")
-        return score
+        return scores

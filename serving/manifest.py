@@ -23,17 +23,31 @@ from serving.trust import SIGNATURE
 MANIFEST = "monitor.json"
 MONITOR_TEXT = "monitor_text.json"
 """The LM probe's text part in a bundle (train.probe_text), named by `classifier.text_head`."""
-BUNDLE_FORMAT = 3
-"""The newest bundle layout (written where a text part needs it; a loader refuses formats
+TEXT_PROBE = "text_probe.json"
+"""The second probe's text part (train.text_candidate), named by `classifier.text_probe`."""
+BUNDLE_FORMAT = 4
+"""The newest bundle layout (written where a second probe needs it; a loader refuses formats
 outside READABLE_FORMATS).
 2: model_kv.onnx takes several sessions as rows (left-padded past, right-padded new tokens,
 per-row positions and last token); format 1 graphs assumed one unpadded row and would score a
 batched row wrongly. 3: the LM probe's score may add a text part (`classifier.text_head` names
-the file, monitor_text.json), which a format-2 loader would silently leave out."""
+the file, monitor_text.json), which a format-2 loader would silently leave out. 4: the graphs
+may carry a second logit ("logits_text", the second probe served as candidate monitor_text;
+`classifier.text_probe` names its text part), which a format-3 loader would take for a cache
+tensor."""
+TEXT_HEAD_FORMAT = 3
+"""The format written for a bundle whose LM probe has a text part and no second probe."""
 TEXTLESS_FORMAT = 2
 """The format written for a bundle without a text part (what format 2 readers read alike)."""
-READABLE_FORMATS = (TEXTLESS_FORMAT, BUNDLE_FORMAT)
+READABLE_FORMATS = (TEXTLESS_FORMAT, TEXT_HEAD_FORMAT, BUNDLE_FORMAT)
 """Formats this loader reads: a format-2 bundle has no text part and scores as it always did."""
+
+
+def format_for(*, text_head: bool, text_probe: bool) -> int:
+    """The oldest format whose readers score a bundle with these parts rightly."""
+    if text_probe:
+        return BUNDLE_FORMAT
+    return TEXT_HEAD_FORMAT if text_head else TEXTLESS_FORMAT
 
 
 class KvShape(BaseModel):
@@ -62,7 +76,8 @@ class Manifest(BaseModel):
     """The signal columns the graphs read, in order (each one monitor.signals computes)."""
     classifier: dict[str, Any] = Field(default_factory=dict)
     """`base`, `n_layers`, `hidden`, `head_kind`, `pooling` of the trained classifier, and
-    `text_head` (format 3): the file whose text logit the LM probe's score adds (absent: none)."""
+    `text_head` (format 3): the file whose text logit the LM probe's score adds (absent: none),
+    `text_probe` (format 4): the second probe's text part, added to the graphs' "logits_text"."""
     kv: KvShape | None = None
     """The KV graph's cache shape."""
     label: dict[str, str] = Field(default_factory=dict)

@@ -31,7 +31,7 @@ from monitor.thresholds import Thresholds
 from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
-from serving.choice import MONITOR, run_pieces
+from serving.choice import MONITOR, MONITOR_TEXT, run_pieces
 from serving.live import KVScoreSession
 from serving.numeric import sigmoid
 
@@ -94,6 +94,12 @@ class Scorer:
         self.choice = bundle.choice()  # the candidate each group serves (serving.choice)
         # the LM probe's text part (train.probe_text): its logit is added to the graphs'
         self.text_head = bundle.text_head()
+        # the second probe's text part (train.text_candidate), added to the graphs' second
+        # logit ("logits_text"); None: the graphs have one logit
+        self.text_probe = bundle.text_probe()
+        self.heads = 2 if self.text_probe is not None else 1
+        if self.choice is not None:
+            self.choice.text_probe = self.text_probe is not None
         self.batcher: KVBatcher | None = None
         self.tokens_encoded = 0  # tokens live sessions had model_kv.onnx encode (all sessions)
         self._count_lock = threading.Lock()
@@ -154,7 +160,11 @@ class Scorer:
         self.close()
         if max_batch > 1:
             self.batcher = KVBatcher(
-                self._kv_call, self.past_names, window=window, max_batch=max_batch
+                self._kv_call,
+                self.past_names,
+                window=window,
+                max_batch=max_batch,
+                heads=self.heads,
             )
 
     def close(self) -> None:
@@ -168,14 +178,16 @@ class Scorer:
 
     def run_kv(
         self, ids: list[int], state: list[np.ndarray], signals: np.ndarray
-    ) -> tuple[float, list[np.ndarray]]:
-        """One session's call of model_kv.onnx: (logit, new state), batched when enabled."""
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One session's call of model_kv.onnx: (logits (heads,), new state), batched when
+        enabled."""
         request = KVRequest(ids, state, signals)
         batcher = self.batcher
         if batcher is not None:
             out = batcher.submit(request)
         else:
-            out = unpack(self._kv_call(pack([request], self.past_names)), [request])[0]
+            feed = pack([request], self.past_names)
+            out = unpack(self._kv_call(feed), [request], self.heads)[0]
         with self._count_lock:
             self.tokens_encoded += len(ids)
         return out
@@ -208,9 +220,10 @@ class Scorer:
         if served.scorer == MONITOR:
             return self.score_run(traj, cancelled=cancelled), served
         assert self.choice is not None
-        mon = None
+        mon = text = None
         if self.choice.needs_monitor(served.scorer):
-            mon = self.score_run(traj, cancelled=cancelled)
+            both = self.score_heads(traj, cancelled=cancelled)
+            mon, text = both[MONITOR], both.get(MONITOR_TEXT)
         scores = self.choice.score_run(
             served.scorer,
             run_pieces(self.featuriser, traj, self.choice.tfidf_text),
@@ -218,6 +231,7 @@ class Scorer:
             [s.tokens for s in traj.steps],
             self.bundle.group_of(traj.agent, traj.source),
             mon,
+            text,
         )
         return scores.tolist(), served
 
@@ -238,15 +252,29 @@ class Scorer:
             FloatingPointError: a score is not finite (e.g. a NaN cost reached the signals).
             Cancelled: `cancelled()` returned True.
         """
+        return self.score_heads(traj, cancelled=cancelled, heads=1)[MONITOR]
+
+    def score_heads(
+        self,
+        traj: Trajectory,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        heads: int | None = None,
+    ) -> dict[str, list[float]]:
+        """`score_run`'s scores ("monitor") and, where the bundle has a second probe, its
+        scores ("monitor_text") from the same graph calls. `heads`: 1 for the first alone."""
+        n_heads = self.heads if heads is None else min(heads, self.heads)
+        names = [MONITOR, MONITOR_TEXT][:n_heads]
         if not traj.steps:
-            return []
+            return {n: [] for n in names}
         sig = self._signals(traj)
-        out = np.zeros(len(traj.steps), dtype=np.float64)
-        text = (
-            self.text_head.run_logits(traj)
-            if self.text_head is not None
-            else np.zeros(len(traj.steps))
-        )
+        out = np.zeros((n_heads, len(traj.steps)), dtype=np.float64)
+        text = np.zeros((n_heads, len(traj.steps)))
+        if self.text_head is not None:
+            text[0] = self.text_head.run_logits(traj)
+        if n_heads > 1 and self.text_probe is not None:
+            text[1] = self.text_probe.run_logits(traj)
+        outputs = ["logits", "logits_text"][:n_heads]
         for w in self.featuriser.windows(traj):
             if cancelled is not None and cancelled():
                 raise Cancelled(f"stopped scoring {traj.id or 'the run'} at step {w.steps[0]}")
@@ -258,13 +286,14 @@ class Scorer:
                 "signals": sig[steps - 1][None],
             }
             logits = self.full.run(
-                ["logits"], {k: v for k, v in feed.items() if k in self._full_inputs}
-            )[0]
-            out[steps - 1] = sigmoid(logits[0] + text[steps - 1])
-        bad = np.flatnonzero(~np.isfinite(out))
+                outputs, {k: v for k, v in feed.items() if k in self._full_inputs}
+            )
+            for j, z in enumerate(logits):
+                out[j, steps - 1] = sigmoid(z[0] + text[j, steps - 1])
+        bad = np.flatnonzero(~np.isfinite(out).all(axis=0))
         if bad.size:
             raise FloatingPointError(f"non-finite score at step {int(bad[0]) + 1}")
-        return out.tolist()
+        return {n: out[j].tolist() for j, n in enumerate(names)}
 
     def score_prefix(self, traj: Trajectory, k: int) -> float:
         """P(unresolved | steps 1..k) of `traj` (1 <= k <= len(traj.steps))."""

@@ -124,6 +124,16 @@ class TrainConfig(StrictModel):
     of a signal column's), one logistic regression over all of them. Served as the ONNX head's
     logit plus the text columns' (the bundle's monitor_text.json; training.model.probe_text).
     None: the probe reads the hidden state and the signals only."""
+    text_candidate: float | None = Field(None, gt=0.0)
+    """Fit a second probe that reads, beside what the LM probe reads, the TF-IDF text at this
+    scale (as `probe_text` does, with the LM probe's C and hidden scale, on
+    `text_candidate_prefixes` checked prefixes per run) and offer it to the per-group choice as
+    the candidate "monitor_text"; the LM probe stays as it is. Needs `tfidf_text`, `baselines`
+    and model.head: probe. Served from the same graphs (a second logit) plus its text part
+    (bundle format 4). None: no second probe."""
+    text_candidate_prefixes: int = Field(8, ge=1)
+    """Checked prefixes per training run the second probe is fitted on (8: what the joint
+    probe was measured with; docs/RESULTS.md, eighteenth and twenty-first rounds)."""
     progress: bool = True
     """Progress bars."""
     baselines: bool = True
@@ -308,6 +318,18 @@ class PipelineConfig(StrictModel):
                 f"model.head: {self.model.head} (a tuned head is trained without the text "
                 "columns); set train.probe_text: null"
             )
+        if self.train.text_candidate is not None:
+            why = []
+            if self.model.head != "probe":
+                why.append(f"model.head: probe (not {self.model.head})")
+            if self.train.tfidf_text is None:
+                why.append("train.tfidf_text")
+            if not self.train.baselines:
+                why.append("train.baselines: true (the choice it is offered to)")
+            if self.train.probe_text is not None:
+                why.append("train.probe_text: null (the LM probe already reads the text)")
+            if why:
+                raise ValueError(f"train.text_candidate needs {', '.join(why)}")
         return self
 
 

@@ -165,7 +165,8 @@ def score_with_bundle(
     pipes = load_baselines(Path(bundle) / "baselines")
     out = []
     for t in tqdm(runs, desc="scoring runs", unit="run", disable=not progress):
-        scores = {"monitor": np.asarray(scorer.score_run(t))}
+        # the LM probe ("monitor") and, where the bundle has one, the second probe
+        scores = {k: np.asarray(v) for k, v in scorer.score_heads(t).items()}
         if not len(scores["monitor"]):
             continue
         try:

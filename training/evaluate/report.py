@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from monitor.thresholds import ThresholdTable
+from serving.choice import MONITOR_TEXT
 from training.config import EvalConfig
 from training.data.records import RunRecord, Stops, group_records
 from training.evaluate.auroc import auroc_at_fractions
@@ -113,7 +114,7 @@ def _calibrated_baselines(
         return from_bundle(records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor)
     cal_stops, cal_info = as_shipped(
         calibration, records, thresholds, target=cfg.target_fpr,
-        scorers=[cfg.scorer, *cfg.score_baselines],
+        scorers=[cfg.scorer, MONITOR_TEXT, *cfg.score_baselines],
     )  # fmt: skip
     cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
     cal_info.pop(cfg.scorer, None)

@@ -36,8 +36,10 @@ from training.evaluate.intervals import Outcome
 from training.model.stack import StackBagModel, StackModel, fit_stack
 
 STACK = "stack"
-SIMPLE_FIRST = (STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor", STACK)
-"""Candidates from the simplest: a tie goes to the earlier one."""
+SIMPLE_FIRST = (STEP_LIMIT, TOKEN_LIMIT, "signals_lr", "tfidf_lr", "monitor", "monitor_text", STACK)
+"""Candidates from the simplest: a tie goes to the earlier one. The second probe
+("monitor_text", train.text_candidate) comes before the stack: listed last, its cross-fitted gain
+was about half (docs/RESULTS.md, twenty-first round)."""
 STACK_BASES = ("monitor", "signals_lr", "tfidf_lr")
 FPR_GUARD = 1.5
 """A candidate whose held-out FPR on a group's calibration runs passes this times a target is not

@@ -21,12 +21,12 @@ from monitor.featurise import FeaturiserConfig
 from monitor.policy import PolicyConfig
 from monitor.thresholds import ThresholdTable
 from serving.manifest import (
-    BUNDLE_FORMAT,
     MANIFEST,
     MONITOR_TEXT,
-    TEXTLESS_FORMAT,
+    TEXT_PROBE,
     KvShape,
     Manifest,
+    format_for,
     write_manifest,
 )
 from training.config import ExportConfig
@@ -70,9 +70,10 @@ def _train_outputs(train_dir: Path | None) -> dict[str, Any]:
     return found
 
 
-def _versions(opset: int, *, text_head: bool) -> dict[str, Any]:
-    """The `versions` record; the bundle format is 3 only where a format-2 reader would score
-    wrongly (a text head it would leave out), so every other bundle stays readable by it."""
+def _versions(opset: int, *, text_head: bool, text_probe: bool = False) -> dict[str, Any]:
+    """The `versions` record; the bundle format is 3 or 4 only where an older reader would
+    score wrongly (a text head it would leave out, a second logit it would misread), so every
+    other bundle stays readable by it."""
     from importlib import metadata
 
     import onnx
@@ -84,7 +85,7 @@ def _versions(opset: int, *, text_head: bool) -> dict[str, Any]:
     except metadata.PackageNotFoundError:
         ours = "unknown"
     return {
-        "bundle_format": BUNDLE_FORMAT if text_head else TEXTLESS_FORMAT,
+        "bundle_format": format_for(text_head=text_head, text_probe=text_probe),
         "failfast_monitor": ours,
         "onnx_opset": opset,
         "onnx": onnx.__version__,
@@ -110,6 +111,7 @@ def _manifest(
             **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
             "pooling": model.pooling,
             **({"text_head": MONITOR_TEXT} if model.text_head is not None else {}),
+            **({"text_probe": TEXT_PROBE} if model.text_probe is not None else {}),
         },
         kv=KvShape(
             n_layers=int(model.backbone.config.num_hidden_layers),
@@ -136,7 +138,11 @@ def _manifest(
             "kv_max_abs_diff": report.kv_max_abs_diff,
             "int8_max_abs_diff": report.int8_max_abs_diff,
         },
-        versions=_versions(cfg.opset, text_head=model.text_head is not None),
+        versions=_versions(
+            cfg.opset,
+            text_head=model.text_head is not None,
+            text_probe=model.text_probe is not None,
+        ),
     )
 
 
@@ -191,6 +197,8 @@ def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> 
     shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
     if model.text_head is not None:  # the probe's text part (train.probe_text), served beside
         (out / MONITOR_TEXT).write_text(json.dumps(model.text_head.to_json()) + "\n")
+    if model.text_probe is not None:  # the second probe's text part (train.text_candidate)
+        (out / TEXT_PROBE).write_text(json.dumps(model.text_probe.text.to_json()) + "\n")
     found = _train_outputs(tdir)
     if tdir is not None and (tdir / "baselines").is_dir():
         shutil.copytree(tdir / "baselines", out / "baselines")

@@ -30,6 +30,7 @@ from training.export.graphs import (
     example_inputs,
     graph_kind,
     kv_names,
+    logit_names,
 )
 from training.model.classifier import PrefixClassifier
 
@@ -82,6 +83,7 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
     out.mkdir(parents=True, exist_ok=True)
     n_layers = int(model.backbone.config.num_hidden_layers)
     past_names, present_names = kv_names(n_layers, model.uses_mean)
+    heads = logit_names(model)
     ids, mask, positions, signals = example_inputs(model, 2, 24, 3, seed=0)
     with torch.no_grad(), warnings.catch_warnings():
         # The tracer warns about every Python branch in transformers; the checks below are what
@@ -92,13 +94,13 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
             (ids, mask, positions, signals),
             str(out / FULL_GRAPH),
             input_names=["input_ids", "attention_mask", "positions", "signals"],
-            output_names=["logits"],
+            output_names=heads,
             dynamic_axes={
                 "input_ids": {0: "batch", 1: "tokens"},
                 "attention_mask": {0: "batch", 1: "tokens"},
                 "positions": {0: "batch", 1: "boundaries"},
                 "signals": {0: "batch", 1: "boundaries"},
-                "logits": {0: "batch", 1: "boundaries"},
+                **{h: {0: "batch", 1: "boundaries"} for h in heads},
             },
             opset_version=cfg.opset,
             dynamo=False,
@@ -115,7 +117,7 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
             "input_ids": {0: "batch", 1: "new_tokens"},
             "attention_mask": {0: "batch", 1: "total_tokens"},
             "signals": {0: "batch"},
-            "logits": {0: "batch"},
+            **{h: {0: "batch"} for h in heads},
         }
         for p_name, q_name in zip(past_names, present_names, strict=True):
             pooled = p_name in POOL_NAMES  # (B, H) / (B, 1): no token axis
@@ -126,7 +128,7 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
             (kv_ids, kv_mask, signals[:, -1], *past),
             str(out / KV_GRAPH),
             input_names=["input_ids", "attention_mask", "signals", *past_names],
-            output_names=["logits", *present_names],
+            output_names=[*heads, *present_names],
             dynamic_axes=dyn,
             opset_version=cfg.opset,
             dynamo=False,
@@ -146,24 +148,42 @@ def export_graphs(model: PrefixClassifier, out: Path, cfg: ExportConfig) -> Expo
     return report
 
 
+def torch_logits(
+    model: PrefixClassifier,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    positions: torch.Tensor,
+    signals: torch.Tensor,
+) -> np.ndarray:
+    """Every head's logits from torch (the reference of the checks): (heads, B, P)."""
+    with torch.no_grad():
+        f = model.token_features(ids, mask)
+        idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])
+        x = torch.gather(f, 1, idx)
+        out = [model.head_logits(x, signals)]
+        if model.text_probe is not None:
+            out.append(model.text_probe_logits(x, signals))
+    return torch.stack(out).numpy()
+
+
 def check_full(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
-    """Max |ORT - torch| of the whole-rendering graph at another batch size and length."""
+    """Max |ORT - torch| of the whole-rendering graph at another batch size and length (every
+    head's logits)."""
     ids, mask, positions, signals = example_inputs(
         model, cfg.check_batch, cfg.check_length, 4, seed=1
     )
-    with torch.no_grad():
-        ref = model(ids, mask, positions, signals).numpy()
+    ref = torch_logits(model, ids, mask, positions, signals)
     got = _run(
         _ort_session(path),
-        ["logits"],
+        logit_names(model),
         {
             "input_ids": ids.numpy(),
             "attention_mask": mask.numpy(),
             "positions": positions.numpy(),
             "signals": signals.numpy().astype(np.float32),
         },
-    )[0]
-    return float(np.abs(got - ref).max())
+    )
+    return float(np.abs(np.stack(got) - ref).max())
 
 
 def check_kv(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
@@ -179,27 +199,30 @@ def check_kv(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:
 
     sess = _ort_session(path)
     past_names, _ = kv_names(int(model.backbone.config.num_hidden_layers), model.uses_mean)
+    heads = len(logit_names(model))
 
-    def call(reqs: list[KVRequest]) -> list[tuple[float, list[np.ndarray]]]:
-        return unpack(_run(sess, None, pack(reqs, past_names)), reqs)
+    def call(reqs: list[KVRequest]) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+        return unpack(_run(sess, None, pack(reqs, past_names)), reqs, heads=heads)
 
     start = [t.numpy() for t in empty_past(model, 1, 0, random=False)]
     g = torch.Generator().manual_seed(3)
     n = cfg.check_length
     diffs: list[float] = []
-    pending: list[tuple[KVRequest, float]] = []
+    pending: list[tuple[KVRequest, np.ndarray]] = []
     for j, (length, cut) in enumerate(((n, n // 2 + 3), (n - 9, 5), (n // 2, n // 2 - 1))):
         ids = example_inputs(model, 1, length, 1, seed=2 + j)[0]
         sig = torch.rand(1, 2, len(model.signal_names), generator=g) * 5
-        with torch.no_grad():
-            pos = torch.tensor([[cut - 1, length - 1]])
-            ref = model(ids, torch.ones_like(ids), pos, sig).numpy()[0]
+        pos = torch.tensor([[cut - 1, length - 1]])
+        ref = torch_logits(model, ids, torch.ones_like(ids), pos, sig)[:, 0]  # (heads, 2)
         first = KVRequest(ids[0, :cut].tolist(), start, sig[0, 0].numpy())
         logit, state = call([first])[0]
         second = KVRequest(ids[0, cut:].tolist(), state, sig[0, 1].numpy())
-        diffs += [abs(logit - ref[0]), abs(call([second])[0][0] - ref[1])]
-        pending.append((second, float(ref[1])))
+        diffs += [
+            float(np.abs(logit - ref[:, 0]).max()),
+            float(np.abs(call([second])[0][0] - ref[:, 1]).max()),
+        ]
+        pending.append((second, ref[:, 1]))
     batch = [r for r, _ in pending]
     for (_, ref1), (logit, _) in zip(pending, call(batch), strict=True):
-        diffs.append(abs(logit - ref1))
+        diffs.append(float(np.abs(logit - ref1).max()))
     return float(max(diffs))

@@ -2,11 +2,12 @@
 
 Two graphs, both with dynamic batch and sequence axes:
 
-- `model.onnx`: (input_ids, attention_mask, positions, signals) -> logits (B, P): a whole
-  rendering, logits at the given step boundaries (all prefixes of a window in one call).
+- `model.onnx`: (input_ids, attention_mask, positions, signals) -> logits (B, P)[, logits_text
+  (B, P)]: a whole rendering, logits at the given step boundaries (all prefixes of a window in
+  one call).
 - `model_kv.onnx`: (input_ids, attention_mask, signals, [past_hidden_sum, past_count,]
-  past_key_i, past_value_i ...) -> (logits (B,), [present_hidden_sum, present_count,]
-  present_key_i, present_value_i ...): the new tokens of live sessions on top of their cached
+  past_key_i, past_value_i ...) -> (logits (B,), [logits_text (B,),] [present_hidden_sum,
+  present_count,] present_key_i, present_value_i ...): the new tokens of live sessions on top of their cached
   keys/values; the logit is the one at each row's LAST real new token (the step boundary).
   attention_mask covers past + new tokens. Several sessions share a call as rows: each row's
   past is LEFT-padded to the longest past and its new tokens RIGHT-padded to the most new
@@ -14,6 +15,9 @@ Two graphs, both with dynamic batch and sequence axes:
   before it in its row (serving.batching builds such batches). With pooling "last+mean" the
   running sum (B, H) and count (B, 1) of the window's hidden states travel with the KV cache
   (zeros and 0 when the cache starts empty), so the mean continues across calls.
+
+`logits_text` is there only for a classifier with a second probe (`text_probe`,
+train.text_candidate): its head over the same input, without its text part (bundle format 4).
 
 A Llama-family backbone is written out by training.export.fused (packed projections, fused
 attention and norms); any other is traced through its transformers forward. The export itself
@@ -30,6 +34,8 @@ from training.export.fused import FusedDecoder, supports
 from training.model.classifier import PrefixClassifier, causal_mean
 
 FULL_GRAPH = "model.onnx"
+TEXT_LOGITS = "logits_text"
+"""The second probe's graph output (`graph_outputs`)."""
 KV_GRAPH = "model_kv.onnx"
 INT8_SUFFIX = ".int8"
 
@@ -39,6 +45,19 @@ def graph_kind(model: PrefixClassifier) -> str:
     return "fused" if supports(model.backbone) else "transformers"
 
 
+def logit_names(model: PrefixClassifier) -> list[str]:
+    """The logit outputs of both graphs, in order: "logits", then TEXT_LOGITS with a text probe."""
+    return ["logits", *([TEXT_LOGITS] if model.text_probe is not None else [])]
+
+
+def _heads(model: PrefixClassifier, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every head's logits from the head input `x` (B, P, F + S) -> each (B, P)."""
+    out = [model.head(x).squeeze(-1)]
+    if model.text_probe is not None:
+        out.append(model.text_probe.head(x).squeeze(-1))
+    return tuple(out)
+
+
 class FullGraph(torch.nn.Module):
     """model.onnx: the classifier's forward, with named inputs (fused decoder when supported)."""
 
@@ -46,6 +65,9 @@ class FullGraph(torch.nn.Module):
         super().__init__()
         self.model = model
         self.fused = FusedDecoder(model.backbone) if supports(model.backbone) else None
+        # registered here so the second head's nodes are named after it ("text_head": the int8
+        # schemes keep every "head" MatMul in fp32)
+        self.text_head = model.text_probe.head if model.text_probe is not None else None
 
     def forward(
         self,
@@ -53,14 +75,15 @@ class FullGraph(torch.nn.Module):
         attention_mask: torch.Tensor,
         positions: torch.Tensor,
         signals: torch.Tensor,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, ...]:
         if self.fused is None:
-            return self.model(input_ids, attention_mask, positions, signals)  # (B, P)
-        h = self.fused.full(input_ids, attention_mask)  # (B, T, H)
-        if self.model.uses_mean:
-            h = torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
+            h = self.model.token_features(input_ids, attention_mask)
+        else:
+            h = self.fused.full(input_ids, attention_mask)  # (B, T, H)
+            if self.model.uses_mean:
+                h = torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
         idx = positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])  # (B, P, F)
-        return self.model.head_logits(torch.gather(h, 1, idx), signals)
+        return _heads(self.model, self.model.head_input(torch.gather(h, 1, idx), signals))
 
 
 class KVGraph(torch.nn.Module):
@@ -71,6 +94,7 @@ class KVGraph(torch.nn.Module):
         self.model = model
         self.n_layers = int(model.backbone.config.num_hidden_layers)
         self.fused = FusedDecoder(model.backbone) if supports(model.backbone) else None
+        self.text_head = model.text_probe.head if model.text_probe is not None else None
 
     def forward(
         self,
@@ -98,8 +122,9 @@ class KVGraph(torch.nn.Module):
             mean = total / count.clamp_min(1.0)
             hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
             pooled = (total, count)
-        logits = self.model.head_logits(hidden, signals.unsqueeze(1)).squeeze(1)  # (B,)
-        return (logits, *pooled, *present)
+        x = self.model.head_input(hidden, signals.unsqueeze(1))
+        logits = tuple(z.squeeze(1) for z in _heads(self.model, x))  # each (B,)
+        return (*logits, *pooled, *present)
 
     def _transformers_step(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past: list[torch.Tensor]

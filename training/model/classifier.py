@@ -13,6 +13,9 @@ through one linear layer. sigmoid(logit) is the score. The saved folder (OUT/mod
                                                pooling, head_kind, base, featuriser, text_head}
             text_head.json                    only with train.probe_text: the text columns'
                                                weights, added to the head's logit
+            text_probe.json                   only with train.text_candidate: the second
+                                               probe's text part (head.safetensors then also
+                                               holds text_probe.weight, text_probe.bias)
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ SIGNAL_TRANSFORMS = ("asinh", "none")
 POOLINGS = ("last", "last+mean")
 TEXT_HEAD = "text_head.json"
 """The probe's text columns' weights (train.probe_text) in a saved model folder."""
+TEXT_PROBE = "text_probe.json"
+"""The second probe's text part (train.text_candidate) in a saved model folder."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -79,6 +84,10 @@ class PrefixClassifier(torch.nn.Module):
         """The text's part of the logit (train.probe_text), added to the head's by head_scores
         and by the served scorer: `run_logits(traj)`, `to_json()` (serving.candidates.TfidfLR
         JSON, intercept 0); None: the head reads the hidden state and the signals only."""
+        self.text_probe: TextProbe | None = None
+        """A second probe over the same input that also reads the TF-IDF text, served as the
+        candidate "monitor_text" (train.text_candidate); None: none. A plain attribute, not a
+        submodule: the first head's fits save and restore the module's state alone."""
 
     @property
     def n_signals(self) -> int:
@@ -110,8 +119,9 @@ class PrefixClassifier(torch.nn.Module):
             return h
         return torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
 
-    def head_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
-        """Logits from boundary features (B, P, n_features) and raw signals (B, P, S) -> (B, P)."""
+    def head_input(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
+        """What the head reads: [boundary features (B, P, n_features) ; standardised signals
+        (from raw (B, P, S))]."""
         if self.n_signals:
             x = signals.to(hidden.dtype)
             if self.signal_transform == "asinh":
@@ -119,7 +129,40 @@ class PrefixClassifier(torch.nn.Module):
                 x = torch.sign(x) * torch.log(x.abs() + torch.sqrt(x * x + 1.0))
             z = (x - self.signal_mean) / self.signal_std
             hidden = torch.cat([hidden, z], dim=-1)
-        return self.head(hidden).squeeze(-1)
+        return hidden
+
+    def head_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
+        """Logits from boundary features (B, P, n_features) and raw signals (B, P, S) -> (B, P)."""
+        return self.head(self.head_input(hidden, signals)).squeeze(-1)
+
+    def set_text_probe(self, other: PrefixClassifier) -> None:
+        """Keep `other`'s fitted head (and its text part) as this model's `text_probe`.
+
+        `other` reads the same features with its own signal standardisation; its signal
+        weights and bias are rewritten for this model's (w (x - m2) / s2 = (w s1 / s2)
+        (x - m1) / s1 + w (m1 - m2) / s2), so both heads read one input in the graphs.
+        """
+        if other.text_head is None:
+            raise ValueError("set_text_probe: the second probe has no text part")
+        with torch.no_grad():
+            w = other.head.weight.detach().double()[0].clone()
+            b = float(other.head.bias.detach().double()[0])
+            if self.n_signals:
+                m1, s1 = self.signal_mean.double(), self.signal_std.double()
+                m2, s2 = other.signal_mean.double(), other.signal_std.double()
+                ws = w[self.n_features :]
+                b += float(torch.sum(ws * (m1 - m2) / s2))
+                w[self.n_features :] = ws * s1 / s2
+            head = torch.nn.Linear(w.numel(), 1)
+            head.weight.copy_(w[None].float())
+            head.bias.fill_(b)
+        self.text_probe = TextProbe(head.eval(), other.text_head)
+
+    def text_probe_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
+        """The second probe's graph logits (without its text part) -> (B, P)."""
+        if self.text_probe is None:
+            raise ValueError("this classifier has no text probe")
+        return self.text_probe.head(self.head_input(hidden, signals)).squeeze(-1)
 
     def forward(
         self,
@@ -142,6 +185,20 @@ class PrefixClassifier(torch.nn.Module):
         f = self.token_features(input_ids, attention_mask)  # (B, T, F)
         idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])  # (B, P, F)
         return self.head_logits(torch.gather(f, 1, idx), signals)
+
+
+class TextProbe:
+    """The second probe (train.text_candidate, served as candidate "monitor_text").
+
+    Attributes:
+        head: a linear layer over the classifier's head input (features ; standardised signals).
+        text: its text part (training.baselines.probe_text.TextHead, or a TfidfLR once loaded):
+            `run_logits(run)`, `to_json()`; added to the head's logit.
+    """
+
+    def __init__(self, head: torch.nn.Linear, text: Any) -> None:
+        self.head = head
+        self.text = text
 
 
 def causal_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -204,6 +261,9 @@ def save_classifier(
         "signal_mean": model.signal_mean.detach().float().contiguous(),
         "signal_std": model.signal_std.detach().float().contiguous(),
     }
+    if model.text_probe is not None:
+        tensors["text_probe.weight"] = model.text_probe.head.weight.detach().float().contiguous()
+        tensors["text_probe.bias"] = model.text_probe.head.bias.detach().float().contiguous()
     save_file(tensors, str(out / "head.safetensors"))
     meta = {
         "n_layers": int(model.backbone.config.num_hidden_layers),
@@ -219,6 +279,9 @@ def save_classifier(
     if model.text_head is not None:
         (out / TEXT_HEAD).write_text(json.dumps(model.text_head.to_json()) + "\n")
         meta["text_head"] = TEXT_HEAD
+    if model.text_probe is not None:
+        (out / TEXT_PROBE).write_text(json.dumps(model.text_probe.text.to_json()) + "\n")
+        meta["text_probe"] = TEXT_PROBE
     (out / "classifier.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
 
@@ -245,6 +308,8 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
     except (OSError, ValueError) as e:
         raise BundleError(f"{path / 'head.safetensors'}: cannot read head: {e}") from e
     want = {"head.weight", "head.bias", "signal_mean", "signal_std"}
+    if meta.get("text_probe"):
+        want |= {"text_probe.weight", "text_probe.bias"}
     if set(tensors) != want:
         raise BundleError(f"{path / 'head.safetensors'}: expected tensors {sorted(want)}")
     with torch.no_grad():
@@ -256,4 +321,13 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
         from serving.candidates import read_text_head
 
         model.text_head = read_text_head(path / str(meta["text_head"]))
+    if meta.get("text_probe"):
+        from serving.candidates import read_text_head
+
+        w = tensors["text_probe.weight"]
+        head = torch.nn.Linear(w.shape[1], 1)
+        with torch.no_grad():
+            head.weight.copy_(w)
+            head.bias.copy_(tensors["text_probe.bias"])
+        model.text_probe = TextProbe(head.eval(), read_text_head(path / str(meta["text_probe"])))
     return model.eval()

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from monitor.types import Trajectory
+from serving.choice import MONITOR_TEXT
 from training.config import PipelineConfig
 from training.data.records import save_records
 from training.data.runs import load_runs
@@ -112,7 +113,7 @@ def run_pipeline(
             save_records(out / "records" / f"{n}.parquet", records[n])
         stages.save_model(cfg, encoder, head, out)
     times["total"] = time.perf_counter() - t_start
-    scorers = ["monitor", *baselines]
+    scorers = ["monitor", *([MONITOR_TEXT] if head.text is not None else []), *baselines]
     metrics = train_metrics(
         records["val"],
         scorers=scorers,
@@ -134,7 +135,7 @@ def run_pipeline(
             calibration = calibration + oof_records
         _write_thresholds(cfg, out, calibration)
         if baselines:
-            _write_candidates(cfg, out, calibration, baselines)
+            _write_candidates(cfg, out, calibration, baselines, scorers)
         stages.export(cfg, out)
     return metrics
 
@@ -151,7 +152,11 @@ def _write_thresholds(cfg: PipelineConfig, out: Path, calibration: list[Any]) ->
 
 
 def _write_candidates(
-    cfg: PipelineConfig, out: Path, calibration: list[Any], baselines: dict[str, Any]
+    cfg: PipelineConfig,
+    out: Path,
+    calibration: list[Any],
+    baselines: dict[str, Any],
+    scorers: Sequence[str],
 ) -> None:
     """OUT/candidates.json: the calibrated baselines, the stack and the per-group choice
     (training.evaluate.shipped), with the baselines as numpy parameters; copied into the bundle."""
@@ -160,7 +165,7 @@ def _write_candidates(
     from training.export.candidates import baseline_params
 
     table = ThresholdTable.model_validate(json.loads((out / "thresholds.json").read_text()))
-    cands = shipped_candidates(calibration, table, scorers=["monitor", *baselines])
+    cands = shipped_candidates(calibration, table, scorers=scorers)
     cands["params"] = baseline_params(baselines)
     tmp = out / "candidates.json.tmp"
     tmp.write_text(json.dumps(cands) + "\n")
