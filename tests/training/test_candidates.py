@@ -21,7 +21,7 @@ from training.evaluate.calibrated import (
     live_auroc,
 )
 from training.evaluate.candidates import SELECTED, crossfit_candidates
-from training.evaluate.select import STACK, oof_stack, select_per_group
+from training.evaluate.select import STACK, oof_stack, select_per_group, with_score
 from training.model.stack import StackModel, stack_model_from_json
 
 SCHED = Schedule(min_steps=3, every=1, persist=2)
@@ -401,6 +401,10 @@ def test_an_extra_candidate_from_another_crossfit_is_offered_to_the_choice(
     chosen = served.choices[0]
     assert chosen["b"]["chosen"] in ("monitor_text", "stack")  # b's informative scores
     assert chosen["a"]["chosen"] in ("monitor", "stack")
-    # without the extra name the candidates are the shipped ones
-    plain = candidate_stops([(cal, merged)], _tcfg(), SCHED)
-    assert "monitor_text" not in plain.stops
+    # monitor_text is a shipped candidate (train.text_candidate); a score under another name
+    # is offered only when named as an extra
+    renamed = [
+        [with_score(r, "probe_b", r.scores["monitor_text"]) for r in rs] for rs in (cal, merged)
+    ]
+    assert "probe_b" not in candidate_stops([tuple(renamed)], _tcfg(), SCHED).stops
+    assert "probe_b" in candidate_stops([tuple(renamed)], _tcfg(), SCHED, extra=["probe_b"]).stops
