@@ -153,3 +153,28 @@ def test_time_view_keeps_calibration_records_and_reports_the_served_choice(
     before = json.loads((folder / "report.json").read_text())["calibrated"]
     rereport(cfg, tmp_path / "xf", views=["time"], folds=3)
     assert json.loads((folder / "report.json").read_text())["calibrated"] == before
+
+
+def test_crossfit_offers_the_text_candidate_scored_out_of_fold(tiny_model_dir, tmp_path):
+    """train.text_candidate in `failfast crossfit`: the test runs and each pair's calibration
+    runs carry monitor_text (the second probe, out of fold for the calibration runs), and the
+    as-shipped comparison calibrates it like every other candidate."""
+    from training.pipeline.crossfit import run_crossfit
+
+    runs = make_runs(40, seed=4)
+    for run in runs:
+        n = int(run.instance_id.split("-")[1])
+        run.instance_id = ("a__a-" if n % 2 else "b__b-") + str(n)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        train={"bundle": False, "tfidf_text": {}, "text_candidate": 1.0},
+    )
+    report = run_crossfit(cfg, runs, tmp_path / "xf", views=["time"], folds=3)["time"]
+    folder = tmp_path / "xf" / "time"
+    cal = load_records(folder / "calibration-0.parquet")
+    recs = load_records(folder / "records.parquet")
+    for rs in (cal, recs):
+        assert all(len(r.scores["monitor_text"]) == r.n_steps for r in rs)
+        assert any(not np.allclose(r.scores["monitor_text"], r.scores["monitor"]) for r in rs)
+    assert "monitor_text" in report["calibrated"]["mean_per_agent"]["0.05"]

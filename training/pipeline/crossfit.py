@@ -25,6 +25,7 @@ import numpy as np
 
 from monitor.atomic import atomic_dir
 from monitor.types import Trajectory
+from serving.choice import MONITOR_TEXT
 from training.baselines.rules import loopbrake_stops
 from training.config import PipelineConfig, ThresholdConfig
 from training.data.examples import probe_examples
@@ -88,13 +89,17 @@ def _fit_on_training(
     every training run) and its out-of-fold records, the calibration records."""
     best: tuple[float, tuple[float, float], list[RunRecord]] | None = None
     for pair in grid:
-        head = stages.fit_head(cfg, encoder.model, train, grid=[pair])
+        head = stages.fit_head(cfg, encoder.model, train, grid=[pair], text_probe=False)
         oof = stages.train_oof_records(cfg, encoder.model, train, head)
         crit = _criterion(oof) if len(grid) > 1 else 0.0
         if best is None or crit > best[0]:
             best = (crit, pair, oof)
     assert best is not None
-    return stages.fit_head(cfg, encoder.model, train, grid=[best[1]]), best[2]
+    head = stages.fit_head(cfg, encoder.model, train, grid=[best[1]])
+    if head.text is not None:  # the second probe at the kept pair, out of fold as well
+        for r, s in zip(best[2], stages.text_oof_scores(cfg, train, head), strict=True):
+            r.scores[MONITOR_TEXT] = s
+    return head, best[2]
 
 
 def add_step_score(records: Sequence[RunRecord]) -> None:

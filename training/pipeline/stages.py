@@ -304,21 +304,30 @@ def train_oof_records(
     )
     out: dict[str, Any] = {"monitor": scores}
     if head.text is not None:
-        out[MONITOR_TEXT] = out_of_fold_scores(
-            head.text.model,
-            train.runs,
-            train.hidden,
-            train.signals,
-            head.text.examples.run,
-            head.text.rows,
-            C=head.probe.C,
-            hidden_scale=head.probe.hidden_scale,
-            agent_columns=cfg.model.agent_columns,
-            folds=cfg.thresholds.crossfit_folds,
-            seed=cfg.train.seed,
-        )
+        out[MONITOR_TEXT] = text_oof_scores(cfg, train, head)
     baselines = train_oof_baselines(cfg, encoder_featuriser, train) if encoder_featuriser else {}
     return records(train, {**out, **baselines})
+
+
+def text_oof_scores(cfg: PipelineConfig, train: Encoded, head: HeadFit) -> list[np.ndarray]:
+    """The second probe's (train.text_candidate) scores of the training runs, out of fold: the
+    LM probe's instance folds and seed, refitted on its own rows at the kept (C, scale)."""
+    from training.model.crossfit import out_of_fold_scores
+
+    assert head.text is not None
+    return out_of_fold_scores(
+        head.text.model,
+        train.runs,
+        train.hidden,
+        train.signals,
+        head.text.examples.run,
+        head.text.rows,
+        C=head.probe.C,
+        hidden_scale=head.probe.hidden_scale,
+        agent_columns=cfg.model.agent_columns,
+        folds=cfg.thresholds.crossfit_folds,
+        seed=cfg.train.seed,
+    )
 
 
 def train_oof_baselines(cfg: PipelineConfig, featuriser: Any, train: Encoded) -> dict:
