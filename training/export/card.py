@@ -145,6 +145,15 @@ def model_card(manifest: dict[str, Any], candidates: dict[str, Any] | None = Non
             if cls.get("text_head")
             else []
         ),
+        *(
+            [
+                f"- second probe (candidate monitor_text): a head fitted with each prefix's TF-IDF "
+                f"terms beside the hidden state, the graphs' second logit plus {cls['text_probe']}'s "
+                "(train.text_candidate)"
+            ]
+            if cls.get("text_probe")
+            else []
+        ),
         f"- graphs: model.onnx (whole rendering), model_kv.onnx (live sessions, KV cache); "
         f"ORT vs torch max |diff| {manifest['export']['full_max_abs_diff']:.2g} / "
         f"{manifest['export']['kv_max_abs_diff']:.2g}",
