@@ -129,6 +129,16 @@ def test_text_candidate_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_
         short = dataclasses.replace(traj, steps=traj.steps[:2])
         assert len(scorer.score_heads(short)["monitor_text"]) == 2
 
+    # `failfast evaluate --bundle` on new runs scores the second probe as the records did
+    from training.evaluate.inputs import score_with_bundle
+
+    test_runs = [by_id[r.run_id] for r in recs["test"][:3]]
+    scored = score_with_bundle(out / "bundle", test_runs, progress=False)
+    for got, rec in zip(scored, recs["test"][:3], strict=True):
+        np.testing.assert_allclose(
+            got.scores["monitor_text"], rec.scores["monitor_text"], atol=1e-5
+        )
+
     # a bundle whose second probe's text part is missing or unlisted is refused
     bad = tmp_path / "bad"
     shutil.copytree(out / "bundle", bad)
