@@ -145,7 +145,9 @@ class Bundle:
             if p.is_file():
                 log.warning("%s: not listed in monitor.json, so not verified; ignored", p)
             return None
-        return Choice.load(p, self.thresholds)
+        choice = Choice.load(p, self.thresholds)
+        choice.text_probe = bool(self.manifest.classifier.get("text_probe"))
+        return choice
 
     def text_head(self) -> Any:
         """The LM probe's text part (serving.candidates.TfidfLR, intercept 0) when monitor.json

@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.signals import SignalTracker
 from monitor.types import Step
-from serving.choice import header_piece, step_piece
+from serving.choice import MONITOR_TEXT, header_piece, step_piece
 from serving.numeric import sigmoid
 
 
@@ -46,8 +46,10 @@ class KVScoreSession:
         self.restarts = 0
         self._candidate = None
         # the text parts added to the graphs' logits: the LM probe's (train.probe_text) and the
-        # second probe's (train.text_candidate); None where there is none
-        self._texts = [scorer.text_head, scorer.text_probe][: scorer.heads]
+        # second probe's (train.text_candidate) where the run is served by it; None where there
+        # is none or nothing reads it (that head's score is then left out)
+        second = scorer.text_probe if th.scorer == MONITOR_TEXT else None
+        self._texts = [scorer.text_head, second][: scorer.heads]
         self._text_counts: list[dict[int, float]] = [
             t.piece_counts(t.text.header(task, agent or "")) if t is not None else {}
             for t in self._texts
@@ -76,7 +78,7 @@ class KVScoreSession:
                 self._scorer.featuriser, step, self.k, self._scorer.choice.tfidf_text
             )
             monitor = scores[0] if scores else None
-            text = scores[1] if len(scores) > 1 else None
+            text = scores[1] if len(scores) > 1 and self.scorer_name == MONITOR_TEXT else None
             return self._candidate.observe(piece, signals, step.tokens, monitor, text)
 
     def _graph_scores(self, step: Step, signals: np.ndarray) -> list[float]:

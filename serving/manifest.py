@@ -21,7 +21,7 @@ from monitor.thresholds import DEFAULT_TARGET, ThresholdTable
 from serving.trust import SIGNATURE
 
 MANIFEST = "monitor.json"
-MONITOR_TEXT = "monitor_text.json"
+TEXT_HEAD_FILE = "monitor_text.json"
 """The LM probe's text part in a bundle (train.probe_text), named by `classifier.text_head`."""
 TEXT_PROBE = "text_probe.json"
 """The second probe's text part (train.text_candidate), named by `classifier.text_probe`."""

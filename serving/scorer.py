@@ -32,27 +32,13 @@ from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
 from serving.choice import MONITOR, MONITOR_TEXT, run_pieces
+from serving.graphs import LOGIT_OUTPUTS, check_logit_outputs, ort_session
 from serving.live import KVScoreSession
 from serving.numeric import sigmoid
 
 __all__ = ["KVScoreSession", "Scorer", "sigmoid"]
 
 log = logging.getLogger(__name__)
-
-
-def _ort_session(path: Path, threads: int | None) -> Any:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if threads:
-        opts.intra_op_num_threads = int(threads)
-    opts.inter_op_num_threads = 1
-    # No busy-waiting between ops: with many sessions calling at once spinning threads only
-    # steal cores; arenas stay at onnxruntime's defaults (both measured: docs/SPEED.md).
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 class Scorer:
@@ -89,8 +75,8 @@ class Scorer:
             bundle.path / "tokenizer.json", FeaturiserConfig.model_validate(bundle.featuriser)
         )
         self.signal_index = [SIGNAL_NAMES.index(n) for n in bundle.signal_names]
-        self.full = _ort_session(bundle.graph("model.onnx", int8=int8), threads)
-        self.kv = _ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
+        self.full = ort_session(bundle.graph("model.onnx", int8=int8), threads)
+        self.kv = ort_session(bundle.graph("model_kv.onnx", int8=int8), threads)
         self.choice = bundle.choice()  # the candidate each group serves (serving.choice)
         # the LM probe's text part (train.probe_text): its logit is added to the graphs'
         self.text_head = bundle.text_head()
@@ -98,8 +84,9 @@ class Scorer:
         # logit ("logits_text"); None: the graphs have one logit
         self.text_probe = bundle.text_probe()
         self.heads = 2 if self.text_probe is not None else 1
-        if self.choice is not None:
-            self.choice.text_probe = self.text_probe is not None
+        check_logit_outputs(
+            bundle.path, {"model.onnx": self.full, "model_kv.onnx": self.kv}, self.heads
+        )
         self.batcher: KVBatcher | None = None
         self.tokens_encoded = 0  # tokens live sessions had model_kv.onnx encode (all sessions)
         self._count_lock = threading.Lock()
@@ -222,7 +209,8 @@ class Scorer:
         assert self.choice is not None
         mon = text = None
         if self.choice.needs_monitor(served.scorer):
-            both = self.score_heads(traj, cancelled=cancelled)
+            heads = 2 if served.scorer == MONITOR_TEXT else 1
+            both = self.score_heads(traj, cancelled=cancelled, heads=heads)
             mon, text = both[MONITOR], both.get(MONITOR_TEXT)
         scores = self.choice.score_run(
             served.scorer,
@@ -274,7 +262,7 @@ class Scorer:
             text[0] = self.text_head.run_logits(traj)
         if n_heads > 1 and self.text_probe is not None:
             text[1] = self.text_probe.run_logits(traj)
-        outputs = ["logits", "logits_text"][:n_heads]
+        outputs = list(LOGIT_OUTPUTS[:n_heads])
         for w in self.featuriser.windows(traj):
             if cancelled is not None and cancelled():
                 raise Cancelled(f"stopped scoring {traj.id or 'the run'} at step {w.steps[0]}")

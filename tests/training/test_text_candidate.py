@@ -150,6 +150,11 @@ def test_text_candidate_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_
     (bad / "monitor.json").write_text(json.dumps(m))
     with pytest.raises(BundleError, match="second probe's text part is not listed"):
         Scorer.load(bad, verify=False)
+    # graphs with a second logit that monitor.json does not name are refused, not misread
+    del m["classifier"]["text_probe"]
+    (bad / "monitor.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match=r"outputs .* do not start with \['logits'\]"):
+        Scorer.load(bad, verify=False)
 
 
 def test_text_candidate_needs_the_text_and_the_choice(tiny_model_dir, tmp_path):

@@ -112,9 +112,11 @@ def _calibrated_baselines(
 
         notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
         return from_bundle(records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor)
+    # the second probe (train.text_candidate) where the calibration runs carry it too
+    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
     cal_stops, cal_info = as_shipped(
         calibration, records, thresholds, target=cfg.target_fpr,
-        scorers=[cfg.scorer, MONITOR_TEXT, *cfg.score_baselines],
+        scorers=[cfg.scorer, *second, *cfg.score_baselines],
     )  # fmt: skip
     cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
     cal_info.pop(cfg.scorer, None)

@@ -22,7 +22,7 @@ from monitor.policy import PolicyConfig
 from monitor.thresholds import ThresholdTable
 from serving.manifest import (
     MANIFEST,
-    MONITOR_TEXT,
+    TEXT_HEAD_FILE,
     TEXT_PROBE,
     KvShape,
     Manifest,
@@ -110,7 +110,7 @@ def _manifest(
         classifier={
             **{k: meta.get(k) for k in ("base", "n_layers", "hidden", "head_kind")},
             "pooling": model.pooling,
-            **({"text_head": MONITOR_TEXT} if model.text_head is not None else {}),
+            **({"text_head": TEXT_HEAD_FILE} if model.text_head is not None else {}),
             **({"text_probe": TEXT_PROBE} if model.text_probe is not None else {}),
         },
         kv=KvShape(
@@ -122,7 +122,12 @@ def _manifest(
         label={
             "positive": "the run ends unresolved (SWE-bench harness verdict)",
             "score": "P(run ends unresolved | steps 1..k), sigmoid of the graph's logit"
-            + (f" plus {MONITOR_TEXT}'s" if model.text_head is not None else ""),
+            + (f" plus {TEXT_HEAD_FILE}'s" if model.text_head is not None else "")
+            + (
+                f"; candidate monitor_text: sigmoid of logits_text plus {TEXT_PROBE}'s"
+                if model.text_probe is not None
+                else ""
+            ),
         },
         target=cfg.target,
         thresholds=ThresholdTable.model_validate(found["thresholds"])
@@ -196,7 +201,7 @@ def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> 
         )
     shutil.copyfile(model_dir / "tokenizer.json", out / "tokenizer.json")
     if model.text_head is not None:  # the probe's text part (train.probe_text), served beside
-        (out / MONITOR_TEXT).write_text(json.dumps(model.text_head.to_json()) + "\n")
+        (out / TEXT_HEAD_FILE).write_text(json.dumps(model.text_head.to_json()) + "\n")
     if model.text_probe is not None:  # the second probe's text part (train.text_candidate)
         (out / TEXT_PROBE).write_text(json.dumps(model.text_probe.text.to_json()) + "\n")
     found = _train_outputs(tdir)

@@ -91,11 +91,16 @@ def _thresholds_section(manifest: dict[str, Any]) -> list[str]:
 
 
 def _served_section(
-    candidates: dict[str, Any] | None, target: float, calibration: dict[str, Any] | None
+    candidates: dict[str, Any] | None,
+    target: float,
+    calibration: dict[str, Any] | None,
+    *,
+    text_probe: bool = False,
 ) -> list[str]:
     """Which candidate scores each group at the served target: candidates.json's choice, as
     serving.choice serves it (the LM probe where the choice cannot be served, or the group was
-    re-calibrated: `calibration` is the monitor table's record)."""
+    re-calibrated: `calibration` is the monitor table's record; `text_probe`: the bundle has
+    the second probe, candidate monitor_text)."""
     if not candidates or not candidates.get("chosen"):
         return ["## Served scorer", "- the LM probe for every group (no candidates.json)"]
     lines = [
@@ -107,7 +112,9 @@ def _served_section(
     from serving.choice import Choice, recalibrated_groups
 
     choice = dataclasses.replace(
-        Choice.from_json(candidates, None), recalibrated=recalibrated_groups(calibration)
+        Choice.from_json(candidates, None),
+        recalibrated=recalibrated_groups(calibration),
+        text_probe=text_probe,
     )
     for g, c in sorted(choice.chosen.items()):
         th = choice.served(g, target, Thresholds(math.inf, math.inf, "refused"))
@@ -170,6 +177,7 @@ def model_card(manifest: dict[str, Any], candidates: dict[str, Any] | None = Non
             candidates,
             float(manifest.get("target") or 0.05),
             (manifest.get("thresholds") or {}).get("calibration"),
+            text_probe=bool(cls.get("text_probe")),
         ),
         "",
         "## Intended use and limits",

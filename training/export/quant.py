@@ -144,8 +144,10 @@ def quantize_graphs(out: Path, scheme: str = "mixed") -> list[str]:
 
 
 def int8_diff(model: Any, out: Path, check_batch: int, check_length: int) -> float:
-    """Max |int8 - fp32| logit of the whole-rendering graphs on the export check inputs."""
+    """Max |int8 - fp32| logit of the whole-rendering graphs on the export check inputs (every
+    head's: the LM probe's and, with a second probe, "logits_text")."""
     from training.export.convert import _ort_session, _run
+    from training.export.graphs import logit_names
 
     ids, mask, positions, signals = example_inputs(model, check_batch, check_length, 4, seed=1)
     feed = {
@@ -154,8 +156,9 @@ def int8_diff(model: Any, out: Path, check_batch: int, check_length: int) -> flo
         "positions": positions.numpy(),
         "signals": signals.numpy().astype(np.float32),
     }
-    a = _run(_ort_session(out / FULL_GRAPH), ["logits"], feed)[0]
-    b = _run(_ort_session(out / int8_name(FULL_GRAPH)), ["logits"], feed)[0]
+    names = logit_names(model)
+    a = np.stack(_run(_ort_session(out / FULL_GRAPH), names, feed))
+    b = np.stack(_run(_ort_session(out / int8_name(FULL_GRAPH)), names, feed))
     return float(np.abs(a - b).max())
 
 

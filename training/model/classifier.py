@@ -84,7 +84,7 @@ class PrefixClassifier(torch.nn.Module):
         """The text's part of the logit (train.probe_text), added to the head's by head_scores
         and by the served scorer: `run_logits(traj)`, `to_json()` (serving.candidates.TfidfLR
         JSON, intercept 0); None: the head reads the hidden state and the signals only."""
-        self.text_probe: TextProbe | None = None
+        self.text_probe: Any = None
         """A second probe over the same input that also reads the TF-IDF text, served as the
         candidate "monitor_text" (train.text_candidate); None: none. A plain attribute, not a
         submodule: the first head's fits save and restore the module's state alone."""
@@ -136,27 +136,11 @@ class PrefixClassifier(torch.nn.Module):
         return self.head(self.head_input(hidden, signals)).squeeze(-1)
 
     def set_text_probe(self, other: PrefixClassifier) -> None:
-        """Keep `other`'s fitted head (and its text part) as this model's `text_probe`.
+        """Keep `other`'s fitted head (and its text part) as this model's `text_probe`, in this
+        model's signal standardisation (training.model.text_probe.fold_text_probe)."""
+        from training.model.text_probe import fold_text_probe
 
-        `other` reads the same features with its own signal standardisation; its signal
-        weights and bias are rewritten for this model's (w (x - m2) / s2 = (w s1 / s2)
-        (x - m1) / s1 + w (m1 - m2) / s2), so both heads read one input in the graphs.
-        """
-        if other.text_head is None:
-            raise ValueError("set_text_probe: the second probe has no text part")
-        with torch.no_grad():
-            w = other.head.weight.detach().double()[0].clone()
-            b = float(other.head.bias.detach().double()[0])
-            if self.n_signals:
-                m1, s1 = self.signal_mean.double(), self.signal_std.double()
-                m2, s2 = other.signal_mean.double(), other.signal_std.double()
-                ws = w[self.n_features :]
-                b += float(torch.sum(ws * (m1 - m2) / s2))
-                w[self.n_features :] = ws * s1 / s2
-            head = torch.nn.Linear(w.numel(), 1)
-            head.weight.copy_(w[None].float())
-            head.bias.fill_(b)
-        self.text_probe = TextProbe(head.eval(), other.text_head)
+        self.text_probe = fold_text_probe(self, other)
 
     def text_probe_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
         """The second probe's graph logits (without its text part) -> (B, P)."""
@@ -185,20 +169,6 @@ class PrefixClassifier(torch.nn.Module):
         f = self.token_features(input_ids, attention_mask)  # (B, T, F)
         idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])  # (B, P, F)
         return self.head_logits(torch.gather(f, 1, idx), signals)
-
-
-class TextProbe:
-    """The second probe (train.text_candidate, served as candidate "monitor_text").
-
-    Attributes:
-        head: a linear layer over the classifier's head input (features ; standardised signals).
-        text: its text part (training.baselines.probe_text.TextHead, or a TfidfLR once loaded):
-            `run_logits(run)`, `to_json()`; added to the head's logit.
-    """
-
-    def __init__(self, head: torch.nn.Linear, text: Any) -> None:
-        self.head = head
-        self.text = text
 
 
 def causal_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -325,9 +295,16 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
         from serving.candidates import read_text_head
 
         w = tensors["text_probe.weight"]
+        if w.shape != tensors["head.weight"].shape:
+            raise BundleError(
+                f"{path / 'head.safetensors'}: text_probe.weight {tuple(w.shape)} does not match "
+                f"head.weight {tuple(tensors['head.weight'].shape)}"
+            )
         head = torch.nn.Linear(w.shape[1], 1)
         with torch.no_grad():
             head.weight.copy_(w)
             head.bias.copy_(tensors["text_probe.bias"])
+        from training.model.text_probe import TextProbe
+
         model.text_probe = TextProbe(head.eval(), read_text_head(path / str(meta["text_probe"])))
     return model.eval()

@@ -277,19 +277,3 @@ def head_scores(
         raise ValueError("head_scores: this probe reads the run's text; pass the run")
     z = logits[0].double().numpy() + model.text_head.run_logits(run)[: len(hidden)]
     return np.asarray(sigmoid(z), dtype=np.float64)
-
-
-def text_probe_scores(
-    model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray, run: Any
-) -> np.ndarray:
-    """The second probe's scores (`model.text_probe`, train.text_candidate): sigmoid of its head's
-    logit plus its text part's, for the N steps of `run` -> (N,) float64."""
-    if model.text_probe is None:
-        raise ValueError("text_probe_scores: the model has no text probe")
-    with torch.no_grad():
-        logits = model.text_probe_logits(
-            torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
-            torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
-        )
-    z = logits[0].double().numpy() + model.text_probe.text.run_logits(run)[: len(hidden)]
-    return np.asarray(sigmoid(z), dtype=np.float64)

@@ -38,6 +38,7 @@ from training.evaluate.stops import Stops, score_stops
 from training.evaluate.views import K_FOLD_VIEWS, PAIRS_JSON, calibration_file
 from training.pipeline import stages
 from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
+from training.pipeline.text_probe import text_oof_scores
 from training.pipeline.view_report import write_view_report
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,9 @@ def _fit_on_training(
         if best is None or crit > best[0]:
             best = (crit, pair, oof)
     assert best is not None
-    head = stages.fit_head(cfg, encoder.model, train, grid=[best[1]])
+    head = stages.fit_head(cfg, encoder.model, train, grid=[best[1]], text_probe=True)
     if head.text is not None:  # the second probe at the kept pair, out of fold as well
-        for r, s in zip(best[2], stages.text_oof_scores(cfg, train, head), strict=True):
+        for r, s in zip(best[2], text_oof_scores(cfg, train, head.text, head.probe), strict=True):
             r.scores[MONITOR_TEXT] = s
     return head, best[2]
 

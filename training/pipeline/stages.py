@@ -25,15 +25,16 @@ from training.data.runs import Labelled, labelled_runs, stratified_subsample
 from training.data.splits import Splits, make_splits
 from training.evaluate.auroc import auroc_report
 from training.model.classifier import PrefixClassifier
-from training.model.probe import (
-    ProbeFit,
-    ProbeRows,
-    fit_probe,
-    head_scores,
-    select_probe,
-    text_probe_scores,
-)
+from training.model.probe import ProbeFit, ProbeRows, head_scores, select_probe
+from training.model.text_probe import text_probe_scores
 from training.pipeline.encode import Encoded, Encoder, encode
+from training.pipeline.text_probe import (
+    TextProbeFit,
+    add_text_columns,
+    fit_text_probe,
+    probe_rows,
+    text_oof_scores,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,17 +101,6 @@ def probe_criterion(model: PrefixClassifier, val: Encoded) -> tuple[float, dict[
 
 
 @dataclass
-class TextProbeFit:
-    """The second probe (train.text_candidate) as fitted: a classifier sharing the backbone
-    whose head (and text part) `PrefixClassifier.set_text_probe` copied into the model, its
-    training prefixes and rows (what its out-of-fold refits use)."""
-
-    model: PrefixClassifier
-    examples: PrefixSet
-    rows: ProbeRows
-
-
-@dataclass
 class HeadFit:
     """The probe kept by `fit_head`, how it was picked, and the rows it was fitted on.
 
@@ -146,18 +136,19 @@ def fit_head(
     val: Encoded | None = None,
     *,
     grid: Sequence[tuple[float, float]] | None = None,
-    text_probe: bool = True,
+    text_probe: bool = False,
 ) -> HeadFit:
     """Fit the probe of `model` (in place) on the training runs' checked prefixes, for every
     (C, hidden scale) of `grid` (default: the config's probe_C x probe_hidden_scale), and keep the
     pair with the best `probe_criterion` on `val` (without validation runs the grid must hold one
-    pair). With train.text_candidate (and `text_probe`), then fit the second probe at the kept
-    pair (`fit_text_probe`)."""
+    pair). With `text_probe` and train.text_candidate, then fit the second probe at the kept
+    pair (training.pipeline.text_probe); otherwise the model is left without one (a stale
+    second probe would score records its calibration never saw)."""
     tc = cfg.train
     ex = probe_examples(cfg, train.runs)
-    rows = _probe_rows(train, ex)
+    rows = probe_rows(train, ex)
     if tc.probe_text is not None:
-        _add_text(cfg, train, ex, rows, tc.probe_text)
+        add_text_columns(cfg, train, ex, rows, tc.probe_text)
     pairs = list(grid or [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C])
     fit, selection, crit = select_probe(
         model,
@@ -169,65 +160,10 @@ def fit_head(
         rank_weight=tc.probe_rank_weight,
     )
     head = HeadFit(fit, selection, crit, ex, rows)
+    model.text_probe = None
     if tc.text_candidate is not None and text_probe:
         head.text = fit_text_probe(cfg, model, train, fit)
     return head
-
-
-def _probe_rows(train: Encoded, ex: PrefixSet) -> ProbeRows:
-    return ProbeRows(
-        ex.rows(train.hidden),
-        ex.rows(train.signals),
-        ex.label,
-        ex.weight,
-        [train.runs[i].agent for i in ex.run],
-        ex.run,
-        ex.step,
-    )
-
-
-def _add_text(
-    cfg: PipelineConfig, train: Encoded, ex: PrefixSet, rows: ProbeRows, scale: float
-) -> None:
-    """The TF-IDF text columns (training.baselines.probe_text) of `ex` into `rows`."""
-    from training.baselines.learned import piece_text
-    from training.baselines.probe_text import TextColumns
-
-    text = piece_text(cfg.train)
-    assert text is not None  # the config requires tfidf_text with probe_text / text_candidate
-    cols, rows.text = TextColumns.fit(
-        train.runs, ex, text=text, scale=scale, max_features=cfg.train.tfidf_max_features
-    )
-    rows.text_head = cols.head()
-
-
-def fit_text_probe(
-    cfg: PipelineConfig, model: PrefixClassifier, train: Encoded, fit: ProbeFit
-) -> TextProbeFit:
-    """The second probe (train.text_candidate): the LM probe's inputs plus the TF-IDF text, one
-    logistic regression at the LM probe's (C, hidden scale) on `text_candidate_prefixes` checked
-    prefixes per run; its head goes into `model.text_probe` (the LM probe is left as it is)."""
-    tc = cfg.train
-    assert tc.text_candidate is not None
-    sub = cfg.model_copy(
-        update={"train": tc.model_copy(update={"max_prefixes_per_run": tc.text_candidate_prefixes})}
-    )
-    ex = probe_examples(sub, train.runs)
-    rows = _probe_rows(train, ex)
-    _add_text(cfg, train, ex, rows, tc.text_candidate)
-    twin = PrefixClassifier(
-        model.backbone, model.signal_names, model.signal_transform, model.pooling
-    )
-    fit_probe(
-        twin,
-        rows,
-        C=fit.C,
-        hidden_scale=fit.hidden_scale,
-        agent_columns=cfg.model.agent_columns,
-    )
-    model.set_text_probe(twin)
-    log.info("text probe (monitor_text): fitted on %d prefixes", len(ex))
-    return TextProbeFit(twin, ex, rows)
 
 
 def fine_tune(
@@ -304,30 +240,9 @@ def train_oof_records(
     )
     out: dict[str, Any] = {"monitor": scores}
     if head.text is not None:
-        out[MONITOR_TEXT] = text_oof_scores(cfg, train, head)
+        out[MONITOR_TEXT] = text_oof_scores(cfg, train, head.text, head.probe)
     baselines = train_oof_baselines(cfg, encoder_featuriser, train) if encoder_featuriser else {}
     return records(train, {**out, **baselines})
-
-
-def text_oof_scores(cfg: PipelineConfig, train: Encoded, head: HeadFit) -> list[np.ndarray]:
-    """The second probe's (train.text_candidate) scores of the training runs, out of fold: the
-    LM probe's instance folds and seed, refitted on its own rows at the kept (C, scale)."""
-    from training.model.crossfit import out_of_fold_scores
-
-    assert head.text is not None
-    return out_of_fold_scores(
-        head.text.model,
-        train.runs,
-        train.hidden,
-        train.signals,
-        head.text.examples.run,
-        head.text.rows,
-        C=head.probe.C,
-        hidden_scale=head.probe.hidden_scale,
-        agent_columns=cfg.model.agent_columns,
-        folds=cfg.thresholds.crossfit_folds,
-        seed=cfg.train.seed,
-    )
 
 
 def train_oof_baselines(cfg: PipelineConfig, featuriser: Any, train: Encoded) -> dict:

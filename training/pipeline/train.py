@@ -90,7 +90,7 @@ def run_pipeline(
         data = encode_splits(encoder, sr.use)
     passes = [d.stats for d in data.values()]
     with timed(times, "probe"):
-        head = stages.fit_head(cfg, encoder.model, data["train"], data["val"])
+        head = stages.fit_head(cfg, encoder.model, data["train"], data["val"], text_probe=True)
     losses: list[float] = []
     if cfg.model.head != "probe":
         with timed(times, "finetune"):

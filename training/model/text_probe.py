@@ -1,0 +1,73 @@
+"""The second probe's served form (train.text_candidate, candidate "monitor_text"): a linear head
+over the classifier's own head input, and its text part.
+
+The second probe is fitted on a twin classifier (the same backbone, its own head and signal
+standardisation: training.pipeline.text_probe); `fold_text_probe` rewrites its signal weights for
+the first head's standardisation, so the graphs compute one head input for both heads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from serving.numeric import sigmoid
+
+if TYPE_CHECKING:
+    from training.model.classifier import PrefixClassifier
+
+
+class TextProbe:
+    """The second probe (train.text_candidate, served as candidate "monitor_text").
+
+    Attributes:
+        head: a linear layer over the classifier's head input (features ; standardised signals).
+        text: its text part (training.baselines.probe_text.TextHead, or a TfidfLR once loaded):
+            `run_logits(run)`, `to_json()`; added to the head's logit.
+    """
+
+    def __init__(self, head: torch.nn.Linear, text: Any) -> None:
+        self.head = head
+        self.text = text
+
+
+def fold_text_probe(model: PrefixClassifier, other: PrefixClassifier) -> TextProbe:
+    """`other`'s fitted head and text part as `model`'s second probe.
+
+    `other` reads the same features with its own signal standardisation; its signal weights and
+    bias are rewritten for `model`'s (w (x - m2) / s2 = (w s1 / s2) (x - m1) / s1 +
+    w (m1 - m2) / s2), so both heads read one input in the graphs.
+    """
+    if other.text_head is None:
+        raise ValueError("fold_text_probe: the second probe has no text part")
+    with torch.no_grad():
+        w = other.head.weight.detach().double()[0].clone()
+        b = float(other.head.bias.detach().double()[0])
+        if model.n_signals:
+            m1, s1 = model.signal_mean.double(), model.signal_std.double()
+            m2, s2 = other.signal_mean.double(), other.signal_std.double()
+            ws = w[model.n_features :]
+            b += float(torch.sum(ws * (m1 - m2) / s2))
+            w[model.n_features :] = ws * s1 / s2
+        head = torch.nn.Linear(w.numel(), 1)
+        head.weight.copy_(w[None].float())
+        head.bias.fill_(b)
+    return TextProbe(head.eval(), other.text_head)
+
+
+def text_probe_scores(
+    model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray, run: Any
+) -> np.ndarray:
+    """The second probe's scores (`model.text_probe`): sigmoid of its head's logit plus its text
+    part's, for the N steps of `run` -> (N,) float64."""
+    if model.text_probe is None:
+        raise ValueError("text_probe_scores: the model has no text probe")
+    with torch.no_grad():
+        logits = model.text_probe_logits(
+            torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
+            torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
+        )
+    z = logits[0].double().numpy() + model.text_probe.text.run_logits(run)[: len(hidden)]
+    return np.asarray(sigmoid(z), dtype=np.float64)
