@@ -19,9 +19,10 @@ from training.pipeline.train import run_pipeline  # noqa: E402
 
 
 def test_the_second_head_reads_the_first_heads_signal_standardisation(model):
-    """set_text_probe rewrites the twin's signal weights for the model's own standardisation:
+    """fold_text_probe rewrites the twin's signal weights for the model's own standardisation:
     the same logits from the one head input the graphs compute."""
     from training.model.classifier import PrefixClassifier
+    from training.model.text_probe import fold_text_probe
 
     twin = PrefixClassifier(model.backbone, model.signal_names, model.signal_transform)
     g = torch.Generator().manual_seed(0)
@@ -33,8 +34,8 @@ def test_the_second_head_reads_the_first_heads_signal_standardisation(model):
         twin.signal_std.copy_(torch.rand(s, generator=g) + 2.0)
         twin.head.weight.copy_(torch.randn(twin.head.weight.shape, generator=g))
         twin.head.bias.fill_(0.3)
-    twin.text_head = object()  # set_text_probe keeps it as the second probe's text part
-    model.set_text_probe(twin)
+    twin.text_head = object()  # kept as the second probe's text part
+    model.text_probe = fold_text_probe(model, twin)
     hidden = torch.randn(2, 5, model.n_features, generator=g)
     signals = torch.rand(2, 5, s, generator=g) * 10
     with torch.no_grad():
@@ -45,7 +46,7 @@ def test_the_second_head_reads_the_first_heads_signal_standardisation(model):
     assert not np.allclose(first.numpy(), want.numpy())  # the first head is its own
     bare = PrefixClassifier(model.backbone, model.signal_names, model.signal_transform)
     with pytest.raises(ValueError, match="no text part"):
-        model.set_text_probe(bare)
+        fold_text_probe(model, bare)
 
 
 def test_text_candidate_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path):

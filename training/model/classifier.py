@@ -84,10 +84,11 @@ class PrefixClassifier(torch.nn.Module):
         """The text's part of the logit (train.probe_text), added to the head's by head_scores
         and by the served scorer: `run_logits(traj)`, `to_json()` (serving.candidates.TfidfLR
         JSON, intercept 0); None: the head reads the hidden state and the signals only."""
-        self.text_probe: Any = None
+        self.text_probe: TextProbe | None = None
         """A second probe over the same input that also reads the TF-IDF text, served as the
         candidate "monitor_text" (train.text_candidate); None: none. A plain attribute, not a
-        submodule: the first head's fits save and restore the module's state alone."""
+        submodule: the first head's fits save and restore the module's state alone. Set by
+        training.model.text_probe.fold_text_probe."""
 
     @property
     def n_signals(self) -> int:
@@ -135,13 +136,6 @@ class PrefixClassifier(torch.nn.Module):
         """Logits from boundary features (B, P, n_features) and raw signals (B, P, S) -> (B, P)."""
         return self.head(self.head_input(hidden, signals)).squeeze(-1)
 
-    def set_text_probe(self, other: PrefixClassifier) -> None:
-        """Keep `other`'s fitted head (and its text part) as this model's `text_probe`, in this
-        model's signal standardisation (training.model.text_probe.fold_text_probe)."""
-        from training.model.text_probe import fold_text_probe
-
-        self.text_probe = fold_text_probe(self, other)
-
     def text_probe_logits(self, hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
         """The second probe's graph logits (without its text part) -> (B, P)."""
         if self.text_probe is None:
@@ -169,6 +163,20 @@ class PrefixClassifier(torch.nn.Module):
         f = self.token_features(input_ids, attention_mask)  # (B, T, F)
         idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])  # (B, P, F)
         return self.head_logits(torch.gather(f, 1, idx), signals)
+
+
+class TextProbe:
+    """The second probe (train.text_candidate, served as candidate "monitor_text").
+
+    Attributes:
+        head: a linear layer over the classifier's head input (features ; standardised signals).
+        text: its text part (training.baselines.probe_text.TextHead, or a TfidfLR once loaded):
+            `run_logits(run)`, `to_json()`; added to the head's logit.
+    """
+
+    def __init__(self, head: torch.nn.Linear, text: Any) -> None:
+        self.head = head
+        self.text = text
 
 
 def causal_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -304,7 +312,5 @@ def load_classifier(path: str | Path, dtype: str = "float32") -> PrefixClassifie
         with torch.no_grad():
             head.weight.copy_(w)
             head.bias.copy_(tensors["text_probe.bias"])
-        from training.model.text_probe import TextProbe
-
         model.text_probe = TextProbe(head.eval(), read_text_head(path / str(meta["text_probe"])))
     return model.eval()

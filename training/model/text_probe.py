@@ -1,5 +1,5 @@
-"""The second probe's served form (train.text_candidate, candidate "monitor_text"): a linear head
-over the classifier's own head input, and its text part.
+"""The second probe (train.text_candidate, candidate "monitor_text") on the classifier: its
+served form (`TextProbe`, in training.model.classifier) and its scores.
 
 The second probe is fitted on a twin classifier (the same backbone, its own head and signal
 standardisation: training.pipeline.text_probe); `fold_text_probe` rewrites its signal weights for
@@ -8,29 +8,13 @@ the first head's standardisation, so the graphs compute one head input for both 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from serving.numeric import sigmoid
-
-if TYPE_CHECKING:
-    from training.model.classifier import PrefixClassifier
-
-
-class TextProbe:
-    """The second probe (train.text_candidate, served as candidate "monitor_text").
-
-    Attributes:
-        head: a linear layer over the classifier's head input (features ; standardised signals).
-        text: its text part (training.baselines.probe_text.TextHead, or a TfidfLR once loaded):
-            `run_logits(run)`, `to_json()`; added to the head's logit.
-    """
-
-    def __init__(self, head: torch.nn.Linear, text: Any) -> None:
-        self.head = head
-        self.text = text
+from training.model.classifier import PrefixClassifier, TextProbe
 
 
 def fold_text_probe(model: PrefixClassifier, other: PrefixClassifier) -> TextProbe:

@@ -19,6 +19,7 @@ from training.data.examples import PrefixSet, probe_examples
 from training.model.classifier import PrefixClassifier
 from training.model.crossfit import out_of_fold_scores
 from training.model.probe import ProbeFit, ProbeRows, fit_probe
+from training.model.text_probe import fold_text_probe
 from training.pipeline.encode import Encoded
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TextProbeFit:
     """The second probe (train.text_candidate) as fitted: a classifier sharing the backbone
-    whose head (and text part) `PrefixClassifier.set_text_probe` copied into the model, its
+    whose head (and text part) `fold_text_probe` copied into the model, its
     training prefixes and rows (what its out-of-fold refits use)."""
 
     model: PrefixClassifier
@@ -87,7 +88,7 @@ def fit_text_probe(
         hidden_scale=fit.hidden_scale,
         agent_columns=cfg.model.agent_columns,
     )
-    model.set_text_probe(twin)
+    model.text_probe = fold_text_probe(model, twin)
     log.info("text probe (monitor_text): fitted on %d prefixes", len(ex))
     return TextProbeFit(twin, ex, rows)
 
