@@ -157,15 +157,7 @@ class Bundle:
             BundleError: it is named but not listed (hashed) in monitor.json, or unreadable:
                 scoring without it would serve other scores than the thresholds were set on.
         """
-        from serving.candidates import read_text_head
-
-        name = self.manifest.classifier.get("text_head")
-        if not name:
-            return None
-        p = self.path / str(name)
-        if str(name) not in self.manifest.files:
-            raise BundleError(f"{p}: the probe's text head is not listed in monitor.json")
-        return read_text_head(p)
+        return self._text_part("text_head", "the probe's text head")
 
     def text_probe(self) -> Any:
         """The second probe's text part (serving.candidates.TfidfLR, intercept 0) when
@@ -175,14 +167,17 @@ class Bundle:
         Raises:
             BundleError: as for `text_head`.
         """
+        return self._text_part("text_probe", "the second probe's text part")
+
+    def _text_part(self, key: str, what: str) -> Any:
         from serving.candidates import read_text_head
 
-        name = self.manifest.classifier.get("text_probe")
+        name = self.manifest.classifier.get(key)
         if not name:
             return None
         p = self.path / str(name)
         if str(name) not in self.manifest.files:
-            raise BundleError(f"{p}: the second probe's text part is not listed in monitor.json")
+            raise BundleError(f"{p}: {what} is not listed in monitor.json")
         return read_text_head(p)
 
     def group_of(self, agent: str | None, source: str = "") -> str:
