@@ -408,3 +408,39 @@ def test_an_extra_candidate_from_another_crossfit_is_offered_to_the_choice(
     ]
     assert "probe_b" not in candidate_stops([tuple(renamed)], _tcfg(), SCHED).stops
     assert "probe_b" in candidate_stops([tuple(renamed)], _tcfg(), SCHED, extra=["probe_b"]).stops
+
+
+def test_paired_compares_the_live_auroc_of_named_scores(tmp_path) -> None:
+    # `paired --live monitor monitor_text` on one cross-fit: the second probe's live AUROC gain
+    # over the LM probe on the same runs, with its paired interval; the default compares monitor
+    from training.config import PipelineConfig
+    from training.data.records import save_records
+    from training.experiments.paired import compare_view, markdown
+
+    recs = [
+        with_score(r, "monitor_text", r.scores["tfidf_lr"])  # informative; monitor is noise
+        for r in _runs("a", 160, informative="tfidf_lr", seed=3)
+        + _runs("b", 160, informative="tfidf_lr", seed=4)
+    ]
+    half = (np.arange(len(recs)) // 2) % 2
+    folder = tmp_path / "A" / "time"
+    folder.mkdir(parents=True)
+    test = [r for r, h in zip(recs, half, strict=True) if h == 1]
+    save_records(folder / "records.parquet", test)
+    save_records(
+        folder / "calibration-0.parquet", [r for r, h in zip(recs, half, strict=True) if h == 0]
+    )
+    (folder / "pairs.json").write_text(json.dumps([[r.run_id for r in test]]))
+    cfg = PipelineConfig.model_validate(
+        {"thresholds": {"group_by": "agent", "margin": 2.0, "targets": [0.05, 0.1]}}
+    )
+    a = tmp_path / "A"
+    same = compare_view(cfg, a, a, "time", folds=5, draws=50)
+    assert same["live_auroc"]["step:5"]["delta"] == 0.0
+    res = compare_view(
+        cfg, a, a, "time", folds=5, draws=50, live_scores=("monitor", "monitor_text")
+    )
+    live = res["live_auroc"]["step:5"]
+    assert live["delta"] > 0.2
+    assert live["ci"][0] > 0
+    assert "A monitor / B monitor_text AUROC among runs live at step:5" in markdown([res], "A", "A")

@@ -12,7 +12,9 @@ calibration records), on the runs both scored. B minus A, with 95% paired bootst
 
 - mean per-agent tokens saved by the served choice and by each single candidate, per target,
   with each side's worst agent's realized FPR;
-- the monitor's mean per-agent AUROC among runs still going at steps 5 and 10;
+- the monitor's mean per-agent AUROC among runs still going at steps 5 and 10 (`--live A_SCORE
+  B_SCORE` compares other scores: `--live monitor monitor_text` with B = A gives the second
+  probe's paired gain over the LM probe on the same runs);
 - per agent and target, on each side, the served choice minus each calibrated baseline (the issue's
   criterion: more than every baseline with the paired interval above 0), and how many agents pass.
 
@@ -89,7 +91,15 @@ def _weighted_auc(y: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
 
 
 def compare_view(
-    cfg: Any, a: Path, b: Path, view: str, *, folds: int, draws: int, extra: Sequence[str] = ()
+    cfg: Any,
+    a: Path,
+    b: Path,
+    view: str,
+    *,
+    folds: int,
+    draws: int,
+    extra: Sequence[str] = (),
+    live_scores: tuple[str, str] = (MONITOR, MONITOR),
 ) -> dict:
     """B minus A on one view (module docstring) as a JSON-able dict; `extra`: more candidates
     of the per-group choice, on each side whose records carry them (candidate_stops)."""
@@ -135,8 +145,9 @@ def compare_view(
             if m.sum() < 2 or len(np.unique(y[m])) < 2:
                 continue
             fail = 1 - y[m]
-            s_a = np.array([r.scores[MONITOR][k - 1] for r, ok in zip(ra, m, strict=True) if ok])
-            s_b = np.array([r.scores[MONITOR][k - 1] for r, ok in zip(rb, m, strict=True) if ok])
+            la, lb = live_scores
+            s_a = np.array([r.scores[la][k - 1] for r, ok in zip(ra, m, strict=True) if ok])
+            s_b = np.array([r.scores[lb][k - 1] for r, ok in zip(rb, m, strict=True) if ok])
             one = np.ones(int(m.sum()))
             live[k]["a"].append(_weighted_auc(fail, s_a, one))
             live[k]["b"].append(_weighted_auc(fail, s_b, one))
@@ -163,6 +174,7 @@ def compare_view(
         "only_b": len(ids_b - keep),
         "saved": {t: {n: summary(c) for n, c in per.items()} for t, per in saved.items()},
         "live_auroc": {f"step:{k}": summary(c) for k, c in live.items() if c["a"]},
+        "live_scores": {"a": live_scores[0], "b": live_scores[1]},
         "per_agent": per_agent,
         "agents_above_baselines": {
             t: {side: sum(per[side]["above_all"] for per in agents.values()) for side in "ab"}
@@ -214,10 +226,12 @@ def markdown(results: Sequence[dict[str, Any]], a: str, b: str) -> str:
                     f"{100 * c['delta']:+.2f} [{_pct(lo, digits=2)}, {_pct(hi, digits=2)}] | "
                     f"{_pct(c['fpr_max_a'])} -> {_pct(c['fpr_max_b'])} |"
                 )
+        names = res.get("live_scores") or {"a": MONITOR, "b": MONITOR}
+        scored = names["a"] if names["a"] == names["b"] else f"A {names['a']} / B {names['b']}"
         for k, c in res["live_auroc"].items():
             lo, hi = c["ci"]
             lines.append(
-                f"\nmonitor AUROC among runs live at {k} (mean per agent): A {c['a']:.3f}, "
+                f"\n{scored} AUROC among runs live at {k} (mean per agent): A {c['a']:.3f}, "
                 f"B {c['b']:.3f}, B - A {c['delta']:+.3f} [{_pct(lo, 1, 3)}, {_pct(hi, 1, 3)}]"
             )
         lines += _per_agent_markdown(res)
@@ -271,6 +285,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="more candidates of the per-group choice (scores the records carry, e.g. the "
         "monitor_text that training.experiments.extra_candidate adds)",
     )
+    p.add_argument(
+        "--live",
+        nargs=2,
+        default=[MONITOR, MONITOR],
+        metavar=("A_SCORE", "B_SCORE"),
+        help="the scores whose live AUROC is compared (default: monitor on both sides)",
+    )
     args = p.parse_args(argv)
     cfg = load_pipeline_config(args.config, args.override)
     results = []
@@ -280,11 +301,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(f"{side / view / 'records.parquet'}: missing (run failfast crossfit)")
         results.append(
             compare_view(
-                cfg, args.a, args.b, view, folds=args.folds, draws=args.draws, extra=args.extra
+                cfg,
+                args.a,
+                args.b,
+                view,
+                folds=args.folds,
+                draws=args.draws,
+                extra=args.extra,
+                live_scores=(args.live[0], args.live[1]),
             )
         )
     md = markdown(results, str(args.a), str(args.b))
-    name = f"paired-{args.b.name}"
+    name = f"paired-{args.b.name}" + ("" if args.live == [MONITOR, MONITOR] else "-live")
     atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
     atomic_write_text(args.a / f"{name}.md", md)
     sys.stdout.write(md + "\n")
