@@ -26,6 +26,7 @@ from training.export.graphs import (
     POOL_NAMES,
     FullGraph,
     KVGraph,
+    all_head_logits,
     empty_past,
     example_inputs,
     graph_kind,
@@ -159,11 +160,8 @@ def torch_logits(
     with torch.no_grad():
         f = model.token_features(ids, mask)
         idx = positions.unsqueeze(-1).expand(-1, -1, f.shape[-1])
-        x = torch.gather(f, 1, idx)
-        out = [model.head_logits(x, signals)]
-        if model.text_probe is not None:
-            out.append(model.text_probe_logits(x, signals))
-    return torch.stack(out).numpy()
+        x = model.head_input(torch.gather(f, 1, idx), signals)
+        return torch.stack(all_head_logits(model, x)).numpy()
 
 
 def check_full(model: PrefixClassifier, path: Path, cfg: ExportConfig) -> float:

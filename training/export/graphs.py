@@ -30,12 +30,11 @@ from typing import Any
 
 import torch
 
+from serving.graphs import LOGIT_OUTPUTS
 from training.export.fused import FusedDecoder, supports
 from training.model.classifier import PrefixClassifier, causal_mean
 
 FULL_GRAPH = "model.onnx"
-TEXT_LOGITS = "logits_text"
-"""The second probe's graph output (`graph_outputs`)."""
 KV_GRAPH = "model_kv.onnx"
 INT8_SUFFIX = ".int8"
 
@@ -46,11 +45,12 @@ def graph_kind(model: PrefixClassifier) -> str:
 
 
 def logit_names(model: PrefixClassifier) -> list[str]:
-    """The logit outputs of both graphs, in order: "logits", then TEXT_LOGITS with a text probe."""
-    return ["logits", *([TEXT_LOGITS] if model.text_probe is not None else [])]
+    """The logit outputs of both graphs, in order (serving.graphs.LOGIT_OUTPUTS): "logits", then
+    "logits_text" with a second probe."""
+    return list(LOGIT_OUTPUTS[: 2 if model.text_probe is not None else 1])
 
 
-def _heads(model: PrefixClassifier, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def all_head_logits(model: PrefixClassifier, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Every head's logits from the head input `x` (B, P, F + S) -> each (B, P)."""
     out = [model.head(x).squeeze(-1)]
     if model.text_probe is not None:
@@ -83,7 +83,7 @@ class FullGraph(torch.nn.Module):
             if self.model.uses_mean:
                 h = torch.cat([h, causal_mean(h, attention_mask)], dim=-1)
         idx = positions.unsqueeze(-1).expand(-1, -1, h.shape[-1])  # (B, P, F)
-        return _heads(self.model, self.model.head_input(torch.gather(h, 1, idx), signals))
+        return all_head_logits(self.model, self.model.head_input(torch.gather(h, 1, idx), signals))
 
 
 class KVGraph(torch.nn.Module):
@@ -123,7 +123,7 @@ class KVGraph(torch.nn.Module):
             hidden = torch.cat([hidden, mean.unsqueeze(1)], dim=-1)  # (B, 1, 2H)
             pooled = (total, count)
         x = self.model.head_input(hidden, signals.unsqueeze(1))
-        logits = tuple(z.squeeze(1) for z in _heads(self.model, x))  # each (B,)
+        logits = tuple(z.squeeze(1) for z in all_head_logits(self.model, x))  # each (B,)
         return (*logits, *pooled, *present)
 
     def _transformers_step(

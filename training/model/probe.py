@@ -261,19 +261,29 @@ def select_probe(
 
 
 def head_scores(
-    model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray, run: Any = None
+    model: PrefixClassifier,
+    hidden: np.ndarray,
+    signals: np.ndarray,
+    run: Any = None,
+    *,
+    second: bool = False,
 ) -> np.ndarray:
     """sigmoid(head) for boundary states (N, H) and raw signals (N, S) -> (N,) float64, the
     head's logit plus the text's (`model.text_head`, train.probe_text) when the probe reads the
-    run's text: then `run` (the Trajectory of those N steps) is required."""
+    run's text: then `run` (the Trajectory of those N steps) is required. `second`: the second
+    probe's (`model.text_probe`, train.text_candidate) instead, its head plus its text part."""
+    if second and model.text_probe is None:
+        raise ValueError("head_scores: the model has no second probe")
+    logits_of = model.text_probe_logits if second else model.head_logits
+    text = model.text_probe.text if second and model.text_probe is not None else model.text_head
     with torch.no_grad():
-        logits = model.head_logits(
+        logits = logits_of(
             torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
             torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
         )
-    if model.text_head is None:
+    if text is None:
         return torch.sigmoid(logits[0]).double().numpy()
     if run is None:
         raise ValueError("head_scores: this probe reads the run's text; pass the run")
-    z = logits[0].double().numpy() + model.text_head.run_logits(run)[: len(hidden)]
+    z = logits[0].double().numpy() + text.run_logits(run)[: len(hidden)]
     return np.asarray(sigmoid(z), dtype=np.float64)

@@ -1,5 +1,6 @@
 """The second probe (train.text_candidate, candidate "monitor_text") on the classifier: its
-served form (`TextProbe`, in training.model.classifier) and its scores.
+served form (`TextProbe`, in training.model.classifier) from the fitted twin (its scores:
+training.model.probe.head_scores with `second=True`).
 
 The second probe is fitted on a twin classifier (the same backbone, its own head and signal
 standardisation: training.pipeline.text_probe); `fold_text_probe` rewrites its signal weights for
@@ -8,12 +9,8 @@ the first head's standardisation, so the graphs compute one head input for both 
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import torch
 
-from serving.numeric import sigmoid
 from training.model.classifier import PrefixClassifier, TextProbe
 
 
@@ -39,19 +36,3 @@ def fold_text_probe(model: PrefixClassifier, other: PrefixClassifier) -> TextPro
         head.weight.copy_(w[None].float())
         head.bias.fill_(b)
     return TextProbe(head.eval(), other.text_head)
-
-
-def text_probe_scores(
-    model: PrefixClassifier, hidden: np.ndarray, signals: np.ndarray, run: Any
-) -> np.ndarray:
-    """The second probe's scores (`model.text_probe`): sigmoid of its head's logit plus its text
-    part's, for the N steps of `run` -> (N,) float64."""
-    if model.text_probe is None:
-        raise ValueError("text_probe_scores: the model has no text probe")
-    with torch.no_grad():
-        logits = model.text_probe_logits(
-            torch.from_numpy(np.ascontiguousarray(hidden, dtype=np.float32))[None],
-            torch.from_numpy(np.ascontiguousarray(signals, dtype=np.float32))[None],
-        )
-    z = logits[0].double().numpy() + model.text_probe.text.run_logits(run)[: len(hidden)]
-    return np.asarray(sigmoid(z), dtype=np.float64)

@@ -26,7 +26,6 @@ from training.data.splits import Splits, make_splits
 from training.evaluate.auroc import auroc_report
 from training.model.classifier import PrefixClassifier
 from training.model.probe import ProbeFit, ProbeRows, head_scores, select_probe
-from training.model.text_probe import text_probe_scores
 from training.pipeline.encode import Encoded, Encoder, encode
 from training.pipeline.text_probe import (
     TextProbeFit,
@@ -201,7 +200,7 @@ def score_records(encoder: Encoder, data: Encoded, baselines: Mapping[str, Any])
     scores: dict[str, list[np.ndarray]] = {"monitor": score(encoder.model, data)}
     if encoder.model.text_probe is not None:
         scores[MONITOR_TEXT] = [
-            text_probe_scores(encoder.model, h, s, r)
+            head_scores(encoder.model, h, s, r, second=True)
             for h, s, r in zip(data.hidden, data.signals, data.runs, strict=True)
         ]
     per_run = [baseline_run_scores(baselines, encoder.featuriser, r) for r in data.runs]
