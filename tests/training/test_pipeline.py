@@ -39,6 +39,26 @@ def assert_served_as_recorded(scorer, traj, rec) -> None:
     np.testing.assert_allclose(live, full, atol=1e-4)
 
 
+def assert_text_part_required(bundle, bad, name: str, what: str) -> dict:
+    """A copy of `bundle` in `bad` without its text part `name` is refused, and so is one whose
+    monitor.json no longer lists it (`what`: how the error names it). Returns that manifest."""
+    import shutil
+
+    from monitor.errors import BundleError
+    from serving.scorer import Scorer
+
+    shutil.copytree(bundle, bad)
+    (bad / name).unlink()
+    with pytest.raises(BundleError, match=f"{name}: listed in monitor.json but missing"):
+        Scorer.load(bad)
+    m = json.loads((bad / "monitor.json").read_text())
+    del m["files"][name]
+    (bad / "monitor.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match=f"{what} is not listed"):
+        Scorer.load(bad, verify=False)
+    return m
+
+
 def test_pipeline_end_to_end_and_cache(tiny_model_dir, tmp_path):
     runs = make_runs(20, seed=1)
     cfg = tiny_config(tiny_model_dir, tmp_path, train={"bundle": False, "probe_C": [0.1, 1.0]})
@@ -178,9 +198,7 @@ def test_probe_text_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path
     """train.probe_text: the probe reads the TF-IDF text beside the hidden state; the bundle
     serves the ONNX head's logit plus monitor_text.json's, and both the whole-run scorer and live
     KV sessions give the records' scores (calibrated on out-of-fold training runs too)."""
-    import shutil
 
-    from monitor.errors import BundleError
     from serving.scorer import Scorer
 
     runs = make_runs(20, seed=3)
@@ -220,13 +238,4 @@ def test_probe_text_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path
         moved = max(moved, float(np.abs(scorer.text_head.run_logits(by_id[rec.run_id])).max()))
     assert moved > 1e-3
     # a bundle whose text head is missing or unlisted is refused, never served without it
-    bad = tmp_path / "bad"
-    shutil.copytree(out / "bundle", bad)
-    (bad / "monitor_text.json").unlink()
-    with pytest.raises(BundleError, match="monitor_text.json: listed in monitor.json but missing"):
-        Scorer.load(bad)
-    m = json.loads((bad / "monitor.json").read_text())
-    del m["files"]["monitor_text.json"]
-    (bad / "monitor.json").write_text(json.dumps(m))
-    with pytest.raises(BundleError, match="text head is not listed"):
-        Scorer.load(bad, verify=False)
+    assert_text_part_required(out / "bundle", tmp_path / "bad", "monitor_text.json", "text head")

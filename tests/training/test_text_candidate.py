@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.training.conftest import make_runs  # noqa: E402
-from tests.training.test_pipeline import tiny_config  # noqa: E402
+from tests.training.test_pipeline import assert_text_part_required, tiny_config  # noqa: E402
 from training.data.records import load_records  # noqa: E402
 from training.pipeline.train import run_pipeline  # noqa: E402
 
@@ -142,15 +141,9 @@ def test_text_candidate_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_
 
     # a bundle whose second probe's text part is missing or unlisted is refused
     bad = tmp_path / "bad"
-    shutil.copytree(out / "bundle", bad)
-    (bad / "text_probe.json").unlink()
-    with pytest.raises(BundleError, match="text_probe.json: listed in monitor.json but missing"):
-        Scorer.load(bad)
-    m = json.loads((bad / "monitor.json").read_text())
-    del m["files"]["text_probe.json"]
-    (bad / "monitor.json").write_text(json.dumps(m))
-    with pytest.raises(BundleError, match="second probe's text part is not listed"):
-        Scorer.load(bad, verify=False)
+    m = assert_text_part_required(
+        out / "bundle", bad, "text_probe.json", "second probe's text part"
+    )
     # graphs with a second logit that monitor.json does not name are refused, not misread
     del m["classifier"]["text_probe"]
     (bad / "monitor.json").write_text(json.dumps(m))
