@@ -415,7 +415,8 @@ def test_paired_compares_the_live_auroc_of_named_scores(tmp_path) -> None:
     # over the LM probe on the same runs, with its paired interval; the default compares monitor
     from training.config import PipelineConfig
     from training.data.records import save_records
-    from training.experiments.paired import compare_view, markdown
+    from training.experiments.paired import compare_view
+    from training.experiments.paired_markdown import markdown
 
     recs = [
         with_score(r, "monitor_text", r.scores["tfidf_lr"])  # informative; monitor is noise

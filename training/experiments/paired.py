@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 
 from monitor.atomic import atomic_write_text
 from training.evaluate.calibrated import LENGTH_SCORERS
+from training.experiments.paired_markdown import markdown
 
 LIVE_POINTS = (5, 10)
 MONITOR = "monitor"
@@ -104,7 +104,7 @@ def compare_view(
     """B minus A on one view (module docstring) as a JSON-able dict; `extra`: more candidates
     of the per-group choice, on each side whose records carry them (candidate_stops)."""
     from training.data.records import load_records
-    from training.evaluate.intervals import Outcome, by_group, percentile_ci, resample_weights
+    from training.evaluate.intervals import Outcome, by_group, resample_weights
 
     ids_a = {r.run_id for r in load_records(a / view / "records.parquet")}
     ids_b = {r.run_id for r in load_records(b / view / "records.parquet")}
@@ -140,40 +140,14 @@ def compare_view(
                 cell["db"].append([ob.rates(x)[2] for x in w])
             if SERVED in names:
                 per_agent[f"{t:g}"][str(agent)] = _against_baselines(saved[f"{t:g}"], names)
-        for k in LIVE_POINTS:
-            m = np.array([r.n_steps > k for r in ra])
-            if m.sum() < 2 or len(np.unique(y[m])) < 2:
-                continue
-            fail = 1 - y[m]
-            la, lb = live_scores
-            s_a = np.array([r.scores[la][k - 1] for r, ok in zip(ra, m, strict=True) if ok])
-            s_b = np.array([r.scores[lb][k - 1] for r, ok in zip(rb, m, strict=True) if ok])
-            one = np.ones(int(m.sum()))
-            live[k]["a"].append(_weighted_auc(fail, s_a, one))
-            live[k]["b"].append(_weighted_auc(fail, s_b, one))
-            live[k]["da"].append([_weighted_auc(fail, s_a, x[m]) for x in w])
-            live[k]["db"].append([_weighted_auc(fail, s_b, x[m]) for x in w])
-
-    def summary(c: dict[str, list[Any]]) -> dict[str, Any]:
-        da, db = np.array(c["da"], dtype=float), np.array(c["db"], dtype=float)
-        out = {
-            "a": float(np.nanmean(c["a"])),
-            "b": float(np.nanmean(c["b"])),
-            "delta": float(np.nanmean(c["b"]) - np.nanmean(c["a"])),
-            "ci": percentile_ci(np.nanmean(db, axis=0) - np.nanmean(da, axis=0)),
-        }
-        if "fa" in c:
-            out["fpr_max_a"] = float(np.nanmax(c["fa"]))
-            out["fpr_max_b"] = float(np.nanmax(c["fb"]))
-        return out
-
+        _add_live(live, ra, rb, y, w, live_scores)
     return {
         "view": view,
         "runs": len(keep),
         "only_a": len(ids_a - keep),
         "only_b": len(ids_b - keep),
-        "saved": {t: {n: summary(c) for n, c in per.items()} for t, per in saved.items()},
-        "live_auroc": {f"step:{k}": summary(c) for k, c in live.items() if c["a"]},
+        "saved": {t: {n: _summary(c) for n, c in per.items()} for t, per in saved.items()},
+        "live_auroc": {f"step:{k}": _summary(c) for k, c in live.items() if c["a"]},
         "live_scores": {"a": live_scores[0], "b": live_scores[1]},
         "per_agent": per_agent,
         "agents_above_baselines": {
@@ -181,6 +155,48 @@ def compare_view(
             for t, agents in per_agent.items()
         },
     }
+
+
+def _add_live(
+    live: dict[int, dict[str, list[Any]]],
+    ra: Sequence[Any],
+    rb: Sequence[Any],
+    y: np.ndarray,
+    w: np.ndarray,
+    live_scores: tuple[str, str],
+) -> None:
+    """One agent's AUROC of A's and B's live score among its runs still going at each of
+    LIVE_POINTS, and under each bootstrap weighting `w`, appended to `live`."""
+    la, lb = live_scores
+    for k in LIVE_POINTS:
+        m = np.array([r.n_steps > k for r in ra])
+        if m.sum() < 2 or len(np.unique(y[m])) < 2:
+            continue
+        fail = 1 - y[m]
+        s_a = np.array([r.scores[la][k - 1] for r, ok in zip(ra, m, strict=True) if ok])
+        s_b = np.array([r.scores[lb][k - 1] for r, ok in zip(rb, m, strict=True) if ok])
+        one = np.ones(int(m.sum()))
+        live[k]["a"].append(_weighted_auc(fail, s_a, one))
+        live[k]["b"].append(_weighted_auc(fail, s_b, one))
+        live[k]["da"].append([_weighted_auc(fail, s_a, x[m]) for x in w])
+        live[k]["db"].append([_weighted_auc(fail, s_b, x[m]) for x in w])
+
+
+def _summary(c: dict[str, list[Any]]) -> dict[str, Any]:
+    """Mean per agent of A and B, B - A with its paired interval (and each side's worst FPR)."""
+    from training.evaluate.intervals import percentile_ci
+
+    da, db = np.array(c["da"], dtype=float), np.array(c["db"], dtype=float)
+    out = {
+        "a": float(np.nanmean(c["a"])),
+        "b": float(np.nanmean(c["b"])),
+        "delta": float(np.nanmean(c["b"]) - np.nanmean(c["a"])),
+        "ci": percentile_ci(np.nanmean(db, axis=0) - np.nanmean(da, axis=0)),
+    }
+    if "fa" in c:
+        out["fpr_max_a"] = float(np.nanmax(c["fa"]))
+        out["fpr_max_b"] = float(np.nanmax(c["fb"]))
+    return out
 
 
 def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str]) -> dict:
@@ -204,66 +220,6 @@ def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str])
             "above_all": bool(vs) and all((c["ci"][0] or 0.0) > 0 for c in vs.values()),
         }
     return out
-
-
-def _pct(x: float | None, scale: float = 100.0, digits: int = 1) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else \
-        f"{scale * x:.{digits}f}"  # fmt: skip
-
-
-def markdown(results: Sequence[dict[str, Any]], a: str, b: str) -> str:
-    """One table per view: served and each candidate's tokens saved, then live AUROC."""
-    lines = [f"B = {b} minus A = {a}, paired bootstrap within agent and label", ""]
-    for res in results:
-        lines += [f"### {res['view']} ({res['runs']} runs in both)", "",
-                  "| scorer | target | A saved % | B saved % | B - A [95% CI] | worst FPR A -> B |",
-                  "|---|---|---|---|---|---|"]  # fmt: skip
-        for t, per in res["saved"].items():
-            for n, c in per.items():
-                lo, hi = c["ci"]
-                lines.append(
-                    f"| {n} | {float(t):.0%} | {_pct(c['a'])} | {_pct(c['b'])} | "
-                    f"{100 * c['delta']:+.2f} [{_pct(lo, digits=2)}, {_pct(hi, digits=2)}] | "
-                    f"{_pct(c['fpr_max_a'])} -> {_pct(c['fpr_max_b'])} |"
-                )
-        names = res.get("live_scores") or {"a": MONITOR, "b": MONITOR}
-        scored = names["a"] if names["a"] == names["b"] else f"A {names['a']} / B {names['b']}"
-        for k, c in res["live_auroc"].items():
-            lo, hi = c["ci"]
-            lines.append(
-                f"\n{scored} AUROC among runs live at {k} (mean per agent): A {c['a']:.3f}, "
-                f"B {c['b']:.3f}, B - A {c['delta']:+.3f} [{_pct(lo, 1, 3)}, {_pct(hi, 1, 3)}]"
-            )
-        lines += _per_agent_markdown(res)
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _per_agent_markdown(res: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    for t, agents in res.get("per_agent", {}).items():
-        if not agents:
-            continue
-        count = res["agents_above_baselines"][t]
-        vs = next(iter(agents.values()))["b"]["vs"]
-        lines += [
-            "",
-            f"Served minus each calibrated baseline per agent at {float(t):.0%}, B "
-            f"(above every one with the paired interval > 0: A {count['a']} of {len(agents)}, "
-            f"B {count['b']} of {len(agents)})",
-            "",
-            "| agent | served % | " + " | ".join(f"minus {n} [CI]" for n in vs) + " | above all |",
-            "|---|---|" + "---|" * len(vs) + "---|",
-        ]
-        for agent, per in agents.items():
-            b = per["b"]
-            cells = [
-                f"{100 * c['delta']:+.1f} [{_pct(c['ci'][0])}, {_pct(c['ci'][1])}]"
-                for c in b["vs"].values()
-            ]
-            mark = "yes" if b["above_all"] else "no"
-            lines.append(f"| {agent} | {_pct(b['saved'])} | " + " | ".join(cells) + f" | {mark} |")
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
