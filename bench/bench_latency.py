@@ -70,7 +70,8 @@ def build(work: Path, layers: int) -> Path:
     from training.config import ExportConfig
     from training.export.bundle import write_bundle
     from training.model.backbone import load_backbone, resolve_base
-    from training.model.classifier import PrefixClassifier, save_classifier
+    from training.model.classifier import PrefixClassifier
+    from training.model.classifier_files import save_classifier
 
     bundle = work / "bundle"
     if (bundle / "monitor.json").is_file():
@@ -189,7 +190,7 @@ def main() -> None:
     bundle = build(work, args.layers)
 
     from serving.scorer import Scorer
-    from training.model.classifier import load_classifier
+    from training.model.classifier_files import load_classifier
 
     manifest = json.loads((bundle / "monitor.json").read_text())
     scorers = {"ort-fp32": Scorer.load(bundle, threads=args.threads, verify=False)}

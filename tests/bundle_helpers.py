@@ -59,7 +59,8 @@ def build_tiny_bundle(
     from training.config import ExportConfig
     from training.export.bundle import write_bundle
     from training.model.backbone import load_backbone
-    from training.model.classifier import PrefixClassifier, save_classifier
+    from training.model.classifier import PrefixClassifier
+    from training.model.classifier_files import save_classifier
 
     torch.manual_seed(0)
     model = PrefixClassifier(load_backbone(tiny_model_dir), SIGNAL_NAMES, pooling=pooling)

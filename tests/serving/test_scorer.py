@@ -31,7 +31,7 @@ def torch_scores(bundle, traj):
     import torch
 
     from monitor.signals import signal_matrix
-    from training.model.classifier import load_classifier
+    from training.model.classifier_files import load_classifier
 
     model = load_classifier(bundle.parent / "model")
     from serving.scorer import Scorer

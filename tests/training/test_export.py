@@ -44,7 +44,7 @@ def test_graphs_match_torch_on_other_shapes(bundle, tiny_model_dir):
     import onnxruntime as ort
     import torch
 
-    from training.model.classifier import load_classifier
+    from training.model.classifier_files import load_classifier
 
     model = load_classifier(bundle.parent / "model")
     g = torch.Generator().manual_seed(5)
@@ -76,7 +76,7 @@ def test_mean_pooled_kv_graph_carries_the_running_mean(tiny_model_dir, tmp_path_
     import torch
 
     from training.export.graphs import kv_names
-    from training.model.classifier import load_classifier
+    from training.model.classifier_files import load_classifier
 
     bundle = shared_bundle(tiny_model_dir, tmp_path_factory, pooling="last+mean")
     m = json.loads((bundle / "monitor.json").read_text())
@@ -122,7 +122,8 @@ def test_export_without_signals(tiny_model_dir, tmp_path):
     from training.config import ExportConfig
     from training.export.bundle import write_bundle
     from training.model.backbone import load_backbone
-    from training.model.classifier import PrefixClassifier, save_classifier
+    from training.model.classifier import PrefixClassifier
+    from training.model.classifier_files import save_classifier
 
     model = PrefixClassifier(load_backbone(tiny_model_dir), [])
     torch.nn.init.normal_(model.head.weight, std=1.0)

@@ -21,12 +21,8 @@ from training.data.examples import (  # noqa: E402
 )
 from training.model.backbone import load_backbone  # noqa: E402
 from training.model.cache import FeatureCache, config_hash, feature_key, run_hash  # noqa: E402
-from training.model.classifier import (  # noqa: E402
-    PrefixClassifier,
-    build_classifier,
-    load_classifier,
-    save_classifier,
-)
+from training.model.classifier import PrefixClassifier, build_classifier  # noqa: E402
+from training.model.classifier_files import load_classifier, save_classifier  # noqa: E402
 from training.model.features import PassStats, extract_features  # noqa: E402
 from training.model.finetune import add_lora, finetune, merge_lora  # noqa: E402
 from training.model.probe import ProbeRows, fit_probe, head_scores  # noqa: E402
@@ -387,7 +383,7 @@ def test_probe_text_head_is_the_regressions_own_logit(runs, model, tiny_model_di
     runs as the training side does, and a saved model reads it back."""
     from serving.candidates import PieceText, TfidfLR
     from training.baselines.probe_text import TextColumns
-    from training.model.classifier import load_classifier, save_classifier
+    from training.model.classifier_files import load_classifier, save_classifier
 
     rng = np.random.default_rng(0)
     hidden = [rng.normal(size=(len(r.steps), model.n_features)).astype(np.float32) for r in runs]

@@ -161,7 +161,7 @@ def write_bundle(
     """Export a saved classifier folder (training OUT/model) into a serving bundle.
 
     Args:
-        model_dir: folder written by `training.model.classifier.save_classifier`.
+        model_dir: folder written by `training.model.classifier_files.save_classifier`.
         out: bundle folder to write (must be empty, absent, or an earlier bundle).
         cfg: export options.
         train_dir: the training output dir (thresholds.json, metrics.json, data_summary.json,
@@ -186,7 +186,7 @@ def _write(model_dir: Path, out: Path, cfg: ExportConfig, tdir: Path | None) -> 
     """Every file of the bundle into the (temporary) folder `out`."""
     import shutil
 
-    from training.model.classifier import load_classifier, read_classifier_meta
+    from training.model.classifier_files import load_classifier, read_classifier_meta
 
     meta = read_classifier_meta(model_dir)
     model = load_classifier(model_dir)

@@ -279,7 +279,7 @@ def calibrate(cfg: PipelineConfig, calibration: Sequence[RunRecord]) -> Threshol
 
 def save_model(cfg: PipelineConfig, encoder: Encoder, head: HeadFit, out: Path) -> Path:
     """OUT/model: the classifier with its tokenizer, and how its probe was picked."""
-    from training.model.classifier import save_classifier
+    from training.model.classifier_files import save_classifier
 
     probe = head.probe
     return save_classifier(
