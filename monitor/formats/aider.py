@@ -152,21 +152,27 @@ def _edited_files(reply: str) -> list[str]:
     return files
 
 
-def _count(num: str, k: str) -> int:
+def _count(num: str, k: str = "") -> int:
+    """A token count as aider prints it ("1,234", "12.3" with k: thousands). Raises ValueError
+    on what only looks like a number ("..6", ",,")."""
     value = float(num.replace(",", ""))
     return int(round(value * 1000)) if k else int(value)
 
 
 def _usage(output: str) -> tuple[int, int, float | None] | None:
-    """(prompt tokens, completion tokens, cost) from the token report in aider's output."""
-    m = _OLD_TOKENS.search(output)
-    if m:
-        cost = float(m.group(3)) if m.group(3) else None
-        return int(m.group(1).replace(",", "")), int(m.group(2).replace(",", "")), cost
-    m2 = _NEW_TOKENS.search(output)
-    if m2:
-        cost = float(m2.group(5)) if m2.group(5) else None
-        return _count(m2.group(1), m2.group(2)), _count(m2.group(3), m2.group(4)), cost
+    """(prompt tokens, completion tokens, cost) from the token report in aider's output; None
+    when there is none, or its numbers do not parse (a damaged log: the usage is unknown)."""
+    try:
+        m = _OLD_TOKENS.search(output)
+        if m:
+            cost = float(m.group(3)) if m.group(3) else None
+            return _count(m.group(1)), _count(m.group(2)), cost
+        m2 = _NEW_TOKENS.search(output)
+        if m2:
+            cost = float(m2.group(5)) if m2.group(5) else None
+            return _count(m2.group(1), m2.group(2)), _count(m2.group(3), m2.group(4)), cost
+    except ValueError:
+        return None
     return None
 
 

@@ -350,3 +350,22 @@ def test_readers_return_trajectories_with_indices_in_order(
         assert isinstance(t, Trajectory)
         assert [s.index for s in t.steps] == list(range(len(t.steps)))
         assert Trajectory.from_dict(t.to_dict()).to_dict() == t.to_dict()
+
+
+def test_aider_damaged_token_report_reads_with_its_usage_unknown(
+    fixtures_dir: Path, tmp_path: Path
+) -> None:
+    # found by the slow reader fuzz: a flipped byte turned "2.1k sent" into "..1k sent", and
+    # float("..1") crashed the reader; the step is read, only its token report is unknown
+    from monitor.formats import aider
+
+    src = (fixtures_dir / "aider_constructed_history.md").read_text()
+    good = aider.read(fixtures_dir / "aider_constructed_history.md")
+    bad_file = tmp_path / "aider_constructed_history.md"
+    bad_file.write_text(src.replace("Tokens: 2.1k sent", "Tokens: ..1k sent", 1))
+    bad = aider.read(bad_file)
+    assert len(bad.steps) == len(good.steps)
+    changed = [i for i, (a, b) in enumerate(zip(good.steps, bad.steps, strict=True))
+               if (a.tokens_in, a.tokens_out) != (b.tokens_in, b.tokens_out)]  # fmt: skip
+    assert len(changed) == 1
+    assert all(s.tokens_in >= 0 and s.tokens_out >= 0 for s in bad.steps)
