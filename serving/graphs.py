@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from monitor.errors import BundleError
 
 LOGIT_OUTPUTS = ("logits", "logits_text")
@@ -43,3 +45,31 @@ def check_logit_outputs(bundle: Path, sessions: Mapping[str, Any], heads: int) -
                 f"{bundle / name}: outputs {outs[:3]} do not start with {want} "
                 "as monitor.json's classifier.text_probe says; re-export the bundle"
             )
+
+
+def kv_start_state(
+    path: Path, kv: Any, meta: Mapping[str, Any]
+) -> tuple[list[str], list[np.ndarray], bool]:
+    """The KV graph's past inputs in order, the state a live session starts from (an empty KV
+    cache and, for pooling "last+mean", a zero running sum (1, H) and count (1, 1) of the
+    window's hidden states), and whether the graph carries that sum.
+
+    Args:
+        path: the graph file (named in errors).
+        kv: its onnxruntime session.
+        meta: monitor.json's "kv" (n_layers, kv_heads, head_dim).
+
+    Raises:
+        BundleError: the graph's running-sum input has no fixed width.
+    """
+    names = [f"past_{t}_{i}" for i in range(meta["n_layers"]) for t in ("key", "value")]
+    empty = np.zeros((1, meta["kv_heads"], 0, meta["head_dim"]), np.float32)
+    state: list[np.ndarray] = [empty] * len(names)
+    sum_input = {i.name: i for i in kv.get_inputs()}.get("past_hidden_sum")
+    if sum_input is None:
+        return names, state, False
+    width = sum_input.shape[-1]
+    if not isinstance(width, int):
+        raise BundleError(f"{path}: past_hidden_sum has no width")
+    zeros = [np.zeros((1, width), np.float32), np.zeros((1, 1), np.float32)]
+    return ["past_hidden_sum", "past_count", *names], zeros + state, True

@@ -32,7 +32,7 @@ from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
 from serving.choice import MONITOR, MONITOR_TEXT, run_pieces
-from serving.graphs import LOGIT_OUTPUTS, check_logit_outputs, ort_session
+from serving.graphs import LOGIT_OUTPUTS, check_logit_outputs, kv_start_state, ort_session
 from serving.live import KVScoreSession
 from serving.numeric import sigmoid
 
@@ -92,24 +92,11 @@ class Scorer:
         self._count_lock = threading.Lock()
         self._full_inputs = {i.name for i in self.full.get_inputs()}
         self._kv_inputs = {i.name for i in self.kv.get_inputs()}
-        kv = bundle.kv
-        self.past_names = [f"past_{t}_{i}" for i in range(kv["n_layers"]) for t in ("key", "value")]
-        self._empty_past = np.zeros((1, kv["kv_heads"], 0, kv["head_dim"]), np.float32)
-        # The state a session starts from (and returns to on a re-render): an empty KV cache and,
-        # for pooling "last+mean", a zero running sum (1, H) and count (1, 1) of hidden states.
-        self._start_state: list[np.ndarray] = [self._empty_past] * len(self.past_names)
-        sum_input = {i.name: i for i in self.kv.get_inputs()}.get("past_hidden_sum")
-        self.pooled = sum_input is not None
-        if sum_input is not None:
-            width = sum_input.shape[-1]
-            if not isinstance(width, int):
-                raise BundleError(f"{bundle.path / 'model_kv.onnx'}: past_hidden_sum has no width")
-            self.past_names = ["past_hidden_sum", "past_count", *self.past_names]
-            zeros: list[np.ndarray] = [
-                np.zeros((1, width), np.float32),
-                np.zeros((1, 1), np.float32),
-            ]
-            self._start_state = zeros + self._start_state
+        # the KV graph's past inputs in order, and the state a session starts from (and
+        # returns to on a re-render); `pooled`: the window mean is carried as a running sum
+        self.past_names, self._start_state, self.pooled = kv_start_state(
+            bundle.path / "model_kv.onnx", self.kv, bundle.kv
+        )
 
     @classmethod
     def load(
