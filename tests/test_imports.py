@@ -20,6 +20,7 @@ FORBIDDEN = {
 # training's subpackages in pipeline order: a module may import its own layer and those before.
 LAYERS = {
     "config": 0,
+    "train_config": 0,
     "data": 1,
     "model": 2,
     "baselines": 3,
