@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -78,3 +80,9 @@ def test_the_recency_block_counts_the_last_steps_without_the_header():
 def test_views_without_k_folds_are_refused(cfg, runs, records):
     with pytest.raises(ValueError, match="time"):
         view_records(cfg, Variant(), runs, records, "time")
+
+
+def test_a_crossfit_without_tfidf_scores_is_refused_by_name(cfg, runs, records):
+    bare = [dataclasses.replace(r, scores={"monitor": r.scores["monitor"]}) for r in records]
+    with pytest.raises(ValueError, match="without baselines"):
+        view_records(cfg, Variant(), runs, bare, "instance")

@@ -166,6 +166,10 @@ def view_records(
     for rec in records:
         if rec.run_id not in scores:
             raise ValueError(f"run {rec.run_id} of the cross-fit is not in the corpus")
+        if "tfidf_lr" not in rec.scores:
+            raise ValueError(
+                f"run {rec.run_id} has no tfidf_lr scores: the cross-fit ran without baselines"
+            )
         s = scores[rec.run_id]
         diff = max(diff, float(np.max(np.abs(s - rec.scores["tfidf_lr"]), initial=0.0)))
         out.append(dataclasses.replace(rec, scores={**rec.scores, "tfidf_lr": s}))
