@@ -9,11 +9,12 @@ import pytest
 import scipy.sparse as sp
 
 from training.baselines.learned import fit_baselines, tfidf_run_scores
+from training.baselines.piece_counts import prefix_counts
 from training.config import PipelineConfig
 from training.data.examples import probe_examples
 from training.data.folds import view_pairs
 from training.data.records import RunRecord
-from training.experiments.tfidf_variants import Variant, recent_counts, view_records
+from training.experiments.tfidf_variants import Variant, view_records
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_a_variant_replaces_only_the_tfidf_scores(cfg, runs, records, variant):
 def test_the_recency_block_counts_the_last_steps_without_the_header():
     # header row, then three steps; terms 0..2
     counts = sp.csr_matrix(np.array([[5, 0, 0], [1, 1, 0], [0, 2, 0], [0, 0, 3]], dtype=float))
-    got = recent_counts(counts, 2).toarray()
+    got = prefix_counts(counts, last=2).toarray()
     np.testing.assert_array_equal(got, [[1, 1, 0], [1, 3, 0], [0, 2, 3]])
 
 

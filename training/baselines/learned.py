@@ -64,6 +64,29 @@ def fit_signals_lr(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, C: float = 1.
     return pipe
 
 
+def tfidf_vectorizer(max_features: int, ngram_max: int = 1) -> CountVectorizer:
+    """The TF-IDF baseline's (unfitted) term counter: the served token pattern, words up to
+    `ngram_max`-grams, the `max_features` most frequent terms."""
+    return CountVectorizer(
+        max_features=max_features,
+        token_pattern=TOKEN_PATTERN,
+        ngram_range=(1, ngram_max),
+        dtype=np.float64,
+    )
+
+
+def tfidf_examples(runs: Sequence[Trajectory], tc: TrainConfig, schedule: Schedule) -> PrefixSet:
+    """The TF-IDF baseline's training prefixes: at most `tc.tfidf_max_prefixes_per_run` checked
+    prefixes per run (bounds its memory), with the probe's run weighting and savings weights."""
+    tf = prefix_examples(
+        runs,
+        schedule=schedule,
+        weights=run_weights(runs, balance=tc.balance),
+        max_per_run=tc.tfidf_max_prefixes_per_run,
+    )
+    return savings_weights(runs, tf, tc.savings_power)
+
+
 def fit_tfidf_lr(
     featuriser: Featuriser,
     runs: Sequence[Trajectory],
@@ -90,12 +113,7 @@ def fit_tfidf_lr(
         ngram_max: longest word n-gram counted (n-grams never span two pieces: each piece is
             counted on its own and prefixes add up pieces).
     """
-    vec = CountVectorizer(
-        max_features=max_features,
-        token_pattern=TOKEN_PATTERN,
-        ngram_range=(1, ngram_max),
-        dtype=np.float64,
-    )
+    vec = tfidf_vectorizer(max_features, ngram_max)
     # Fitted piece by piece, as prefixes are counted: the same total term counts (hence the same
     # vocabulary) for words, and no n-gram spanning two pieces takes a slot. The pieces' counts
     # are rendered and tokenised once per run and job (training.baselines.piece_counts).
@@ -150,13 +168,7 @@ def fit_baselines(
     signals = examples.rows([run_signals(r) for r in runs])
     w = examples.weight if tc.savings_power is None else even_weights(runs, examples, tc.balance)
     pipes = {"signals_lr": fit_signals_lr(signals, examples.label, w, C=tc.signals_C)}
-    tf = prefix_examples(
-        runs,
-        schedule=schedule,
-        weights=run_weights(runs, balance=tc.balance),
-        max_per_run=tc.tfidf_max_prefixes_per_run,
-    )
-    tf = savings_weights(runs, tf, tc.savings_power)
+    tf = tfidf_examples(runs, tc, schedule)
     pipes["tfidf_lr"] = fit_tfidf_lr(
         featuriser,
         runs,

@@ -156,11 +156,21 @@ class PieceCounts:
         return out
 
 
-def prefix_counts(counts: sp.csr_matrix) -> sp.csr_matrix:
+def prefix_counts(counts: sp.csr_matrix, last: int | None = None) -> sp.csr_matrix:
     """(n_steps, V) term counts of prefixes 1..n (header included in every row) from the
-    (n + 1, V) counts of the header and each step piece."""
+    (n + 1, V) counts of the header and each step piece; with `last`, of only the last `last`
+    step pieces of each prefix (no header: the recency block of
+    training.experiments.tfidf_variants)."""
     cols = np.unique(counts.indices)
-    dense = np.cumsum(counts[:, cols].toarray(), axis=0)[1:]  # (n, |cols|)
+    raw = counts[:, cols].toarray()
+    if last is None:
+        dense = np.cumsum(raw, axis=0)[1:]  # (n, |cols|)
+    else:
+        if last < 1:
+            raise ValueError(f"prefix_counts: last must be >= 1 (got {last})")
+        steps = np.cumsum(raw[1:], axis=0)
+        dense = steps.copy()
+        dense[last:] -= steps[:-last]
     r, c = np.nonzero(dense)
     return sp.csr_matrix((dense[r, c], (r, cols[c])), shape=(dense.shape[0], counts.shape[1]))
 

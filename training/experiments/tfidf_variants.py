@@ -32,16 +32,14 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
+from sklearn.feature_extraction.text import TfidfTransformer
 from sklearn.linear_model import LogisticRegression
 
 from monitor.corpus import load_corpus
 from monitor.types import Trajectory
-from serving.candidates import TOKEN_PATTERN
-from training.baselines.learned import piece_text
+from training.baselines.learned import piece_text, tfidf_examples, tfidf_vectorizer
 from training.baselines.piece_counts import PIECES, prefix_counts
 from training.config import PipelineConfig, load_pipeline_config
-from training.data.examples import prefix_examples, run_weights, savings_weights
 from training.data.folds import view_pairs
 from training.data.records import RunRecord, load_records, save_records
 from training.data.runs import label_of
@@ -59,18 +57,6 @@ class Variant:
     binary: bool = False
 
 
-def recent_counts(counts: sp.csr_matrix, r: int) -> sp.csr_matrix:
-    """(n_steps, V) counts of the last `r` step pieces at each prefix, from the (n + 1, V) counts
-    of the header and each step piece (the header is left out)."""
-    cols = np.unique(counts.indices)
-    cum = np.cumsum(counts[:, cols].toarray()[1:], axis=0)
-    back = np.zeros_like(cum)
-    back[r:] = cum[:-r]
-    dense = cum - back
-    i, j = np.nonzero(dense)
-    return sp.csr_matrix((dense[i, j], (i, cols[j])), shape=(dense.shape[0], counts.shape[1]))
-
-
 class _Columns:
     """A fold's fitted columns: the vocabulary, the TF-IDF weights of each block, the agents."""
 
@@ -78,12 +64,7 @@ class _Columns:
         tc = cfg.train
         self.text = piece_text(tc)
         self.variant = variant
-        self.vec = CountVectorizer(
-            max_features=tc.tfidf_max_features,
-            token_pattern=TOKEN_PATTERN,
-            ngram_range=(1, tc.tfidf_ngram_max),
-            dtype=np.float64,
-        )
+        self.vec = tfidf_vectorizer(tc.tfidf_max_features, tc.tfidf_ngram_max)
         PIECES.fit(self.vec, None, train, self.text)
         self.agents = sorted({r.agent for r in train})
         self.tfidf: list[TfidfTransformer] = []
@@ -93,7 +74,7 @@ class _Columns:
         counts = PIECES.transform(self.vec, None, run, self.text)
         out = [prefix_counts(counts)]
         if self.variant.recent:
-            out.append(recent_counts(counts, self.variant.recent))
+            out.append(prefix_counts(counts, last=self.variant.recent))
         if steps is not None:
             out = [b[np.asarray(steps) - 1] for b in out]
         if self.variant.binary:
@@ -123,13 +104,7 @@ def fold_scores(
     """Fit the variant on `train`; P(unresolved | prefix k), k = 1..n, of each `test` run by id."""
     tc = cfg.train
     cols = _Columns(cfg, variant, train)
-    ex = prefix_examples(
-        train,
-        schedule=cfg.policy,
-        weights=run_weights(train, balance=tc.balance),
-        max_per_run=tc.tfidf_max_prefixes_per_run,
-    )
-    ex = savings_weights(train, ex, tc.savings_power)
+    ex = tfidf_examples(train, tc, cfg.policy)
     rows: list[list[sp.csr_matrix]] = []
     agents, labels, weights = [], [], []
     for i, r in enumerate(train):
@@ -154,13 +129,15 @@ def view_records(
     runs: Sequence[Trajectory],
     records: Sequence[RunRecord],
     view: str,
+    *,
+    folds: int = 5,
 ) -> tuple[list[RunRecord], float]:
     """`records` with `tfidf_lr` replaced by the variant's out-of-fold scores on `view`'s folds,
-    and the largest difference from the scores replaced."""
+    and the largest difference from the scores replaced. `folds`: as A was cross-fitted with."""
     if view not in VIEWS:
         raise ValueError(f"view {view!r}: only the K-fold views {VIEWS} are screened")
     scores: dict[str, np.ndarray] = {}
-    for tr, te in view_pairs(view, runs, k=5, seed=cfg.data.split_seed):
+    for tr, te in view_pairs(view, runs, k=folds, seed=cfg.data.split_seed):
         scores.update(fold_scores(cfg, variant, [runs[i] for i in tr], [runs[i] for i in te]))
     out, diff = [], 0.0
     for rec in records:
@@ -184,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--override", action="append", default=[])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--views", nargs="+", default=["instance"], choices=VIEWS)
+    p.add_argument("--folds", type=int, default=5, help="as A was cross-fitted with (--folds)")
     p.add_argument("--recent", type=int, default=0, help="steps in the recency block (0: none)")
     p.add_argument("--recent-scale", type=float, default=0.5)
     p.add_argument("--agent-copies", type=float, default=0.0, help="scale (0: none)")
@@ -198,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for view in args.views:
         records = load_records(args.a / view / "records.parquet")
-        new, diff = view_records(cfg, variant, runs, records, view)
+        new, diff = view_records(cfg, variant, runs, records, view, folds=args.folds)
         save_records(args.out / view / "records.parquet", new)
         out = [f"{view}: {len(new)} runs, largest change of a tfidf_lr score {diff:.3g}"]
         for name, recs in (("A", records), ("variant", new)):
