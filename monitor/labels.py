@@ -51,7 +51,7 @@ REWARD_NAME = "reward.txt"  # Harbor's verifier/reward.txt; found only inside tr
 _HARNESS_ERRORS = ("install_fail", "reset_failed", "test_errored")
 _UNRESOLVED_IDS = ("completed_ids", "unresolved_ids", "empty_patch_ids", "empty_error_patch_ids")
 _RESULTS_FOLDER = "results"
-_PRIORITY = {
+PRIORITY = {
     "harbor-trial": 0,
     "harbor-reward": 1,  # verifier/reward.txt: after the result.json beside it
     "swebench-instance": 0,
@@ -286,89 +286,3 @@ def load_label(path: str | Path, *, explicit: bool = False) -> LabelFile:
 def is_label_name(path: Path) -> bool:
     """True when the file's name marks it as a label file."""
     return strip_gz(Path(path).name) in LABEL_NAMES
-
-
-def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) -> list[Path]:
-    """Label files beside a run: in its folder and up to `levels` folders above it (as written
-    and with links resolved), and the SWE-bench harness reports of `instance_id` in those
-    folders (`logs/.../<instance>/report.json`, `<tree>/<model>/<instance>/report.json`)."""
-    found: list[Path] = []
-    run_path = Path(os.path.abspath(run_path))
-    folders = list(run_path.parents)[:levels]
-    folders += [
-        f for f in list(Path(os.path.realpath(run_path)).parents)[:levels] if f not in folders
-    ]
-    for folder in folders:
-        try:
-            children = list(folder.iterdir())
-        except OSError:
-            continue
-        for child in children:
-            if child.is_file() and is_label_name(child):
-                found.append(child)
-        logs = folder / "logs"
-        if logs.is_dir():
-            found.extend(p for p in logs.glob("*/report.json*") if is_label_name(p))
-        if instance_id and not any(c in instance_id for c in "*?["):
-            for pattern in (
-                f"*/*/{instance_id}/report.json*",
-                f"logs/*/*/*/{instance_id}/report.json*",
-            ):
-                found.extend(p for p in folder.glob(pattern) if is_label_name(p) and p not in found)
-    return found
-
-
-class LabelIndex:
-    """All label files of a corpus, indexed by instance id for fast joins."""
-
-    def __init__(self, labels: list[LabelFile]) -> None:
-        self.labels = labels
-        self._by_id: dict[str, list[LabelFile]] = {}
-        for lf in labels:
-            for iid in lf.verdicts:
-                self._by_id.setdefault(iid, []).append(lf)
-        self._defaults = [lf for lf in labels if lf.default is not None]
-        self._naming: dict[str, list[LabelFile]] = {}
-        for lf in labels:
-            for iid in lf.named:
-                self._naming.setdefault(iid, []).append(lf)
-
-    def naming(self, instance_id: str) -> list[LabelFile]:
-        """The label files that name `instance_id`."""
-        return self._naming.get(instance_id, [])
-
-    def pick(
-        self, run_path: Path, instance_id: str
-    ) -> tuple[bool | None, LabelFile | None, LabelFile | None]:
-        """The verdict for one run, the label file it came from, and a file that disagrees.
-
-        Files that name the instance beat files that only give a default; then the deepest
-        scope; then the kind order per-instance report > run report > summary > plain lists.
-        A disagreeing file is one that also names the instance with the opposite verdict.
-        """
-        run_path = Path(os.path.abspath(run_path))
-        candidates = {id(lf): lf for lf in self._by_id.get(instance_id, []) + self._defaults}
-        applicable = [lf for lf in candidates.values() if lf.covers(run_path)]
-        if not applicable:
-            return None, None, None
-        applicable.sort(
-            key=lambda lf: (
-                instance_id not in lf.verdicts,
-                not lf.explicit,
-                -len(lf.scope.parts),
-                _PRIORITY.get(lf.kind, 9),
-            )
-        )
-        best = applicable[0]
-        verdict = best.verdict(instance_id)
-        if verdict is None and instance_id not in best.verdicts:
-            return None, None, None
-        other = next(
-            (
-                lf
-                for lf in applicable[1:]
-                if instance_id in lf.verdicts and lf.verdicts[instance_id] not in (None, verdict)
-            ),
-            None,
-        )
-        return verdict, best, other

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from monitor.errors import LabelError
-from monitor.labels import LabelIndex, find_labels_near, load_label
+from monitor.label_join import LabelIndex, find_labels_near
+from monitor.labels import load_label
 
 
 def _write(path: Path, obj: object) -> Path:

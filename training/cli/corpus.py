@@ -67,7 +67,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     from monitor.errors import FailfastError
     from monitor.escape import visible
-    from monitor.labels import LabelIndex, find_labels_near, load_label
+    from monitor.label_join import LabelIndex, find_labels_near
+    from monitor.labels import load_label
     from monitor.reading import detect, read_trajectory
 
     try:
