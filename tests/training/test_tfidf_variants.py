@@ -14,7 +14,7 @@ from training.config import PipelineConfig
 from training.data.examples import probe_examples
 from training.data.folds import view_pairs
 from training.data.records import RunRecord
-from training.experiments.tfidf_variants import Variant, view_records
+from training.experiments.tfidf_variants import Variant, nb_ratio, view_records
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_without_a_variant_the_screen_reproduces_the_crossfit_scores(cfg, runs, 
         np.testing.assert_allclose(b.scores["tfidf_lr"], a.scores["tfidf_lr"], atol=1e-9)
 
 
-@pytest.mark.parametrize("variant", [Variant(recent=2), Variant(agent_copies=1.0)])
+@pytest.mark.parametrize("variant", [Variant(recent=2), Variant(agent_copies=1.0), Variant(nb=1.0)])
 def test_a_variant_replaces_only_the_tfidf_scores(cfg, runs, records, variant):
     new, diff = view_records(cfg, variant, runs, records, "instance")
     assert diff > 1e-6
@@ -87,3 +87,16 @@ def test_a_crossfit_without_tfidf_scores_is_refused_by_name(cfg, runs, records):
     bare = [dataclasses.replace(r, scores={"monitor": r.scores["monitor"]}) for r in records]
     with pytest.raises(ValueError, match="without baselines"):
         view_records(cfg, Variant(), runs, bare, "instance")
+
+
+def test_the_nb_ratio_favours_terms_of_unresolved_prefixes_and_counts_weights():
+    # term 0 only in unresolved rows, term 1 only in resolved ones, term 2 in both alike
+    x = sp.csr_matrix(np.array([[2, 0, 1], [2, 0, 1], [0, 2, 1], [0, 2, 1]], dtype=float))
+    y = np.array([1, 1, 0, 0])
+    r = nb_ratio(x, y, np.ones(4), 1.0)
+    assert r[0] > 0 > r[1]
+    assert r[2] == pytest.approx(0.0)
+    # weighting a resolved row up gives its terms' shares of the resolved counts more weight
+    x[3, 1] = 0
+    r = nb_ratio(x, y, np.ones(4), 1.0)
+    assert nb_ratio(x, y, np.array([1.0, 1, 3, 1]), 1.0)[1] < r[1]

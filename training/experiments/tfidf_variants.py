@@ -19,6 +19,9 @@ Variants (docs/RESULTS.md, "Issue 26, twenty-third round", where both lost):
 - `--agent-copies S`: each prefix's columns once shared and once more in its agent's block, times
   S ("frustratingly easy" domain adaptation: per-agent term weights that borrow strength).
 - `--binary`: term presence instead of counts, before the TF-IDF weighting.
+- `--nb A`: every column times its naive-Bayes log-count ratio (NB-LR, Wang & Manning 2012),
+  log((p + A) / |p + A|) - log((q + A) / |q + A|), p and q the weighted column sums over the
+  unresolved and the resolved training prefixes.
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ class Variant:
     recent_scale: float = 0.5
     agent_copies: float = 0.0
     binary: bool = False
+    nb: float = 0.0
+
+
+def nb_ratio(x: sp.csr_matrix, y: np.ndarray, w: np.ndarray, alpha: float) -> np.ndarray:
+    """Each column's naive-Bayes log-count ratio, unresolved (y 1) against resolved (y 0)."""
+    p = np.asarray(x.T @ (w * (y == 1))).ravel() + alpha
+    q = np.asarray(x.T @ (w * (y == 0))).ravel() + alpha
+    return np.log(p / p.sum()) - np.log(q / q.sum())
 
 
 class _Columns:
@@ -118,9 +129,17 @@ def fold_scores(
     cols.fit([sp.vstack([b[j] for b in rows]).tocsr() for j in range(len(rows[0]))])
     x = sp.vstack([cols.matrix(b, a) for b, a in zip(rows, agents, strict=True)]).tocsr()
     w = np.concatenate(weights)
+    y = np.concatenate(labels)
+    scale = sp.diags(nb_ratio(x, y, w, variant.nb)) if variant.nb else None
+    if scale is not None:
+        x = (x @ scale).tocsr()
     lr = LogisticRegression(C=tc.tfidf_C, max_iter=1000)
-    lr.fit(x, np.concatenate(labels), sample_weight=w * len(w) / w.sum())
-    return {r.id: lr.predict_proba(cols.matrix(cols.blocks(r), r.agent))[:, 1] for r in test}
+    lr.fit(x, y, sample_weight=w * len(w) / w.sum())
+    out = {}
+    for r in test:
+        xt = cols.matrix(cols.blocks(r), r.agent)
+        out[r.id] = lr.predict_proba(xt if scale is None else (xt @ scale).tocsr())[:, 1]
+    return out
 
 
 def view_records(
@@ -166,11 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recent-scale", type=float, default=0.5)
     p.add_argument("--agent-copies", type=float, default=0.0, help="scale (0: none)")
     p.add_argument("--binary", action="store_true")
+    p.add_argument("--nb", type=float, default=0.0, help="NB-LR smoothing alpha (0: none)")
     args = p.parse_args(argv)
     cfg = load_pipeline_config(args.config, args.override)
     if cfg.train.tfidf_text is None:
         sys.exit(f"{args.config}: the screen needs train.tfidf_text (quick.yaml sets it)")
-    variant = Variant(args.recent, args.recent_scale, args.agent_copies, args.binary)
+    variant = Variant(args.recent, args.recent_scale, args.agent_copies, args.binary, args.nb)
     runs = load_corpus(args.corpus)
     from training.evaluate.calibrated import live_auroc, mean_live_auroc
 
