@@ -1,0 +1,140 @@
+"""Known tasks: what other agents' verdicts on the same task add to the monitor (issue 26).
+
+    python -m training.experiments.task_prior A --corpus runs/quick/corpus --out C \\
+        --views instance repo time [--weight 1] [--max-others K]
+    python -m training.experiments.paired A C --config configs/quick.yaml \\
+        --views instance repo time --extra prior monitor_prior
+
+Every view of `failfast crossfit` holds tasks out, so it measures the monitor on tasks nobody has
+run. Benchmark runs are the other case: SWE-bench's tasks have been run by many agents, and their
+verdicts are public (the run reports our label readers parse). This asks what a task prior adds
+there, strictly: a run's prior counts only the runs of *other agents* on the same instance
+(`leave_agent_out_priors`; the agent's own other runs never count), smoothed by one pseudo-run at
+the corpus's failure rate:
+
+    prior = (unresolved others + p0) / (others + 1)
+
+C/<view> is A's records (and, for the views without K folds, each pair's calibration records and
+pairs.json) with two more scores per prefix: `prior`, the prior itself (a rule that decides at
+the first check), and `monitor_prior`, sigmoid(logit(monitor) + weight * logit(prior)) (the LM
+probe's odds times the prior's, as naive Bayes would combine them). The paired comparison with
+`--extra prior monitor_prior` offers both to the per-group choice beside A's candidates,
+calibrated and chosen exactly as they are (thresholds from the other folds, whose runs carry
+priors of the same kind). `--max-others K` keeps K of each run's other-agent runs (a seeded draw
+per run): a task seen a few times, not eight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from monitor.atomic import atomic_write_text
+from monitor.types import Trajectory
+from training.data.records import RunRecord, load_records, save_records
+from training.evaluate.views import PAIRS_JSON, calibration_file
+
+NAMES = ("prior", "monitor_prior")
+
+
+def leave_agent_out_priors(
+    runs: Sequence[Trajectory], *, max_others: int = 0, seed: int = 0
+) -> dict[str, float]:
+    """P(unresolved) of each labelled run's task from other agents' runs of it (module docstring);
+    runs without a verdict are neither scored nor counted. `max_others` > 0 keeps that many of
+    the other runs, drawn per run from `seed` and the run's id."""
+    labelled = [r for r in runs if r.resolved is not None]
+    if not labelled:
+        raise ValueError("no labelled runs: a task prior needs verdicts")
+    p0 = float(np.mean([not r.resolved for r in labelled]))
+    by_task: dict[str, list[tuple[str, str, bool]]] = {}
+    for r in labelled:
+        by_task.setdefault(r.instance_id, []).append((r.agent, r.id, not r.resolved))
+    out = {}
+    for r in labelled:
+        others = sorted((rid, fail) for a, rid, fail in by_task[r.instance_id] if a != r.agent)
+        if max_others and len(others) > max_others:
+            digest = hashlib.sha256(f"{seed}:{r.id}".encode()).digest()
+            rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+            others = [others[i] for i in sorted(rng.choice(len(others), max_others, False))]
+        out[r.id] = (sum(f for _, f in others) + p0) / (len(others) + 1)
+    return out
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p) - np.log1p(-p)
+
+
+def with_prior(
+    records: Sequence[RunRecord], priors: dict[str, float], weight: float = 1.0
+) -> list[RunRecord]:
+    """`records` with `prior` and `monitor_prior` added to every run's scores."""
+    out = []
+    for rec in records:
+        if rec.run_id not in priors:
+            raise ValueError(f"run {rec.run_id} of the records has no labelled run in the corpus")
+        if "monitor" not in rec.scores:
+            raise ValueError(f"run {rec.run_id} has no monitor scores")
+        prior = np.full(rec.n_steps, priors[rec.run_id])
+        m = np.asarray(rec.scores["monitor"], dtype=np.float64)
+        both = 1.0 / (1.0 + np.exp(-(_logit(m) + weight * _logit(prior))))
+        out.append(
+            dataclasses.replace(rec, scores={**rec.scores, "prior": prior, "monitor_prior": both})
+        )
+    return out
+
+
+def prior_view(a: Path, c: Path, priors: dict[str, float], weight: float) -> list[str]:
+    """C = A with the prior scores (records, and the pairs' calibration records when A has
+    them); returns the files written."""
+    done = []
+    src = [a / "records.parquet"]
+    i = 0
+    while calibration_file(a, i).exists():
+        src.append(calibration_file(a, i))
+        i += 1
+    for f in src:
+        save_records(c / f.name, with_prior(load_records(f), priors, weight))
+        done.append(f.name)
+    if (a / PAIRS_JSON).exists():
+        c.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(a / PAIRS_JSON, c / PAIRS_JSON)
+        done.append(PAIRS_JSON)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from monitor.corpus import load_corpus
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", type=Path, help="the reference crossfit folder")
+    p.add_argument("--corpus", type=Path, required=True, help="the corpus A was cross-fitted on")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--views", nargs="+", default=["instance"])
+    p.add_argument("--weight", type=float, default=1.0, help="the prior's logit weight")
+    p.add_argument("--max-others", type=int, default=0, help="other runs kept per run (0: all)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    priors = leave_agent_out_priors(
+        load_corpus(args.corpus), max_others=args.max_others, seed=args.seed
+    )
+    for view in args.views:
+        if not (args.a / view / "records.parquet").is_file():
+            p.error(f"{args.a / view / 'records.parquet'}: missing (run failfast crossfit)")
+        done = prior_view(args.a / view, args.out / view, priors, args.weight)
+        sys.stdout.write(f"{args.out / view}: {', '.join(done)}\n")
+    atomic_write_text(args.out / "task_prior.json", json.dumps(vars(args), default=str, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
