@@ -93,3 +93,10 @@ def test_the_command_writes_each_views_records_and_the_pairs(tmp_path, monkeypat
     assert cal.run_id == "c1"
     assert "prior" in cal.scores
     assert json.loads((out / "time" / PAIRS_JSON).read_text()) == [["b1"]]
+
+
+def test_own_agent_counts_the_agents_other_runs_but_never_the_run_itself():
+    p = leave_agent_out_priors(RUNS, own_agent=True)
+    p0 = 3 / 5
+    assert p["a1"] == pytest.approx((3 + p0) / 4)  # a2, b1, c1: all unresolved
+    assert p["a2"] == pytest.approx((2 + p0) / 4)  # a1 resolved, b1 and c1 not

@@ -21,7 +21,8 @@ probe's odds times the prior's, as naive Bayes would combine them). The paired c
 `--extra prior monitor_prior` offers both to the per-group choice beside A's candidates,
 calibrated and chosen exactly as they are (thresholds from the other folds, whose runs carry
 priors of the same kind). `--max-others K` keeps K of each run's other-agent runs (a seeded draw
-per run): a task seen a few times, not eight.
+per run): a task seen a few times, not eight. `--own-agent` counts the agent's own other runs of
+the task too (never the run itself): attempt k of a pass@k run, or the attempt after a restart.
 """
 
 from __future__ import annotations
@@ -46,11 +47,12 @@ NAMES = ("prior", "monitor_prior")
 
 
 def leave_agent_out_priors(
-    runs: Sequence[Trajectory], *, max_others: int = 0, seed: int = 0
+    runs: Sequence[Trajectory], *, max_others: int = 0, seed: int = 0, own_agent: bool = False
 ) -> dict[str, float]:
     """P(unresolved) of each labelled run's task from other agents' runs of it (module docstring);
     runs without a verdict are neither scored nor counted. `max_others` > 0 keeps that many of
-    the other runs, drawn per run from `seed` and the run's id."""
+    the other runs, drawn per run from `seed` and the run's id. `own_agent`: the agent's own
+    other runs of the task count too (attempts k > 1, or a restart; never the run itself)."""
     labelled = [r for r in runs if r.resolved is not None]
     if not labelled:
         raise ValueError("no labelled runs: a task prior needs verdicts")
@@ -60,7 +62,11 @@ def leave_agent_out_priors(
         by_task.setdefault(r.instance_id, []).append((r.agent, r.id, not r.resolved))
     out = {}
     for r in labelled:
-        others = sorted((rid, fail) for a, rid, fail in by_task[r.instance_id] if a != r.agent)
+        others = sorted(
+            (rid, fail)
+            for a, rid, fail in by_task[r.instance_id]
+            if (a != r.agent or own_agent) and rid != r.id
+        )
         if max_others and len(others) > max_others:
             digest = hashlib.sha256(f"{seed}:{r.id}".encode()).digest()
             rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
@@ -123,9 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--weight", type=float, default=1.0, help="the prior's logit weight")
     p.add_argument("--max-others", type=int, default=0, help="other runs kept per run (0: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--own-agent", action="store_true", help="count the agent's own other runs of the task"
+    )
     args = p.parse_args(argv)
     priors = leave_agent_out_priors(
-        load_corpus(args.corpus), max_others=args.max_others, seed=args.seed
+        load_corpus(args.corpus),
+        max_others=args.max_others,
+        seed=args.seed,
+        own_agent=args.own_agent,
     )
     for view in args.views:
         if not (args.a / view / "records.parquet").is_file():
