@@ -100,3 +100,11 @@ def test_own_agent_counts_the_agents_other_runs_but_never_the_run_itself():
     p0 = 3 / 5
     assert p["a1"] == pytest.approx((3 + p0) / 4)  # a2, b1, c1: all unresolved
     assert p["a2"] == pytest.approx((2 + p0) / 4)  # a1 resolved, b1 and c1 not
+
+
+def test_below_min_runs_a_task_gets_the_corpus_rate():
+    p = leave_agent_out_priors(RUNS, min_runs=3)
+    p0 = 3 / 5
+    assert p["b1"] == pytest.approx((2 + p0) / 4)  # three other runs: a1, a2, c1
+    assert p["a1"] == pytest.approx(p0)  # two: b1, c1
+    assert p["c2"] == pytest.approx(p0)

@@ -23,6 +23,7 @@ calibrated and chosen exactly as they are (thresholds from the other folds, whos
 priors of the same kind). `--max-others K` keeps K of each run's other-agent runs (a seeded draw
 per run): a task seen a few times, not eight. `--own-agent` counts the agent's own other runs of
 the task too (never the run itself): attempt k of a pass@k run, or the attempt after a restart.
+`--min-runs M` gives a task with fewer than M other runs the corpus rate p0, as if unseen.
 """
 
 from __future__ import annotations
@@ -47,12 +48,19 @@ NAMES = ("prior", "monitor_prior")
 
 
 def leave_agent_out_priors(
-    runs: Sequence[Trajectory], *, max_others: int = 0, seed: int = 0, own_agent: bool = False
+    runs: Sequence[Trajectory],
+    *,
+    max_others: int = 0,
+    seed: int = 0,
+    own_agent: bool = False,
+    min_runs: int = 0,
 ) -> dict[str, float]:
     """P(unresolved) of each labelled run's task from other agents' runs of it (module docstring);
     runs without a verdict are neither scored nor counted. `max_others` > 0 keeps that many of
     the other runs, drawn per run from `seed` and the run's id. `own_agent`: the agent's own
-    other runs of the task count too (attempts k > 1, or a restart; never the run itself)."""
+    other runs of the task count too (attempts k > 1, or a restart; never the run itself).
+    `min_runs`: a task with fewer other runs gets p0, as if nobody had run it (what a served
+    prior would do below its minimum: fall back to the monitor alone)."""
     labelled = [r for r in runs if r.resolved is not None]
     if not labelled:
         raise ValueError("no labelled runs: a task prior needs verdicts")
@@ -71,6 +79,9 @@ def leave_agent_out_priors(
             digest = hashlib.sha256(f"{seed}:{r.id}".encode()).digest()
             rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
             others = [others[i] for i in sorted(rng.choice(len(others), max_others, False))]
+        if len(others) < min_runs:
+            out[r.id] = p0
+            continue
         out[r.id] = (sum(f for _, f in others) + p0) / (len(others) + 1)
     return out
 
