@@ -86,7 +86,8 @@ def test_the_command_writes_each_views_records_and_the_pairs(tmp_path, monkeypat
     (a / "time" / PAIRS_JSON).write_text(json.dumps([["b1"]]))
     monkeypatch.setattr("monitor.corpus.load_corpus", lambda path: RUNS)
     out = tmp_path / "c"
-    assert main([str(a), "--corpus", "x", "--out", str(out), "--views", "instance", "time"]) == 0
+    args = [str(a), "--corpus", "x", "--out", str(out), "--views", "instance", "time"]
+    assert main([*args, "--min-runs", "1", "--own-agent"]) == 0
     (rec,) = load_records(out / "instance" / "records.parquet")
     assert set(rec.scores) == {"monitor", "prior", "monitor_prior"}
     (cal,) = load_records(out / "time" / "calibration-0.parquet")

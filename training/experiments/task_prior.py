@@ -143,12 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--own-agent", action="store_true", help="count the agent's own other runs of the task"
     )
+    p.add_argument("--min-runs", type=int, default=0, help="fewer other runs: no prior (p0)")
     args = p.parse_args(argv)
     priors = leave_agent_out_priors(
         load_corpus(args.corpus),
         max_others=args.max_others,
         seed=args.seed,
         own_agent=args.own_agent,
+        min_runs=args.min_runs,
     )
     for view in args.views:
         if not (args.a / view / "records.parquet").is_file():
