@@ -29,6 +29,14 @@ def calibration_file(folder: Path, i: int) -> Path:
     return folder / f"calibration-{i}.parquet"
 
 
+def calibration_files(folder: Path) -> list[Path]:
+    """The calibration records a view's folder holds, in pair order (none for a K-fold view)."""
+    out: list[Path] = []
+    while calibration_file(folder, len(out)).exists():
+        out.append(calibration_file(folder, len(out)))
+    return out
+
+
 def view_folds(view: str, records: Sequence[RunRecord], k: int, seed: int) -> np.ndarray | None:
     """The fold of each record under a K-fold view (instance, repo), as `failfast crossfit`
     drew them (both read only instance ids); None for the views without K folds."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from monitor.atomic import atomic_write_text
 from training.data.records import load_records, save_records
-from training.evaluate.views import PAIRS_JSON, calibration_file
+from training.evaluate.views import PAIRS_JSON, calibration_files
 
 
 def merge_file(
@@ -67,13 +67,9 @@ def merge_view(a: Path, b: Path, c: Path, name: str) -> dict[str, tuple[int, int
         atomic_write_text(
             c / PAIRS_JSON, json.dumps([[x for x in ids if x in kept] for ids in pairs])
         )
-        i = 0
-        while calibration_file(a, i).exists():
-            ids, missing = merge_file(
-                calibration_file(a, i), calibration_file(b, i), calibration_file(c, i), name
-            )
-            done[calibration_file(a, i).name] = (len(ids), missing)
-            i += 1
+        for f in calibration_files(a):
+            ids, missing = merge_file(f, b / f.name, c / f.name, name)
+            done[f.name] = (len(ids), missing)
     return done
 
 

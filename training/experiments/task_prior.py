@@ -41,10 +41,9 @@ import numpy as np
 
 from monitor.atomic import atomic_write_text
 from monitor.types import Trajectory
+from serving.numeric import logit, sigmoid
 from training.data.records import RunRecord, load_records, save_records
-from training.evaluate.views import PAIRS_JSON, calibration_file
-
-NAMES = ("prior", "monitor_prior")
+from training.evaluate.views import PAIRS_JSON, calibration_files
 
 
 def leave_agent_out_priors(
@@ -86,11 +85,6 @@ def leave_agent_out_priors(
     return out
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.log(p) - np.log1p(-p)
-
-
 def with_prior(
     records: Sequence[RunRecord], priors: dict[str, float], weight: float = 1.0
 ) -> list[RunRecord]:
@@ -103,7 +97,7 @@ def with_prior(
             raise ValueError(f"run {rec.run_id} has no monitor scores")
         prior = np.full(rec.n_steps, priors[rec.run_id])
         m = np.asarray(rec.scores["monitor"], dtype=np.float64)
-        both = 1.0 / (1.0 + np.exp(-(_logit(m) + weight * _logit(prior))))
+        both = sigmoid(logit(m) + weight * logit(prior))
         out.append(
             dataclasses.replace(rec, scores={**rec.scores, "prior": prior, "monitor_prior": both})
         )
@@ -114,12 +108,7 @@ def prior_view(a: Path, c: Path, priors: dict[str, float], weight: float) -> lis
     """C = A with the prior scores (records, and the pairs' calibration records when A has
     them); returns the files written."""
     done = []
-    src = [a / "records.parquet"]
-    i = 0
-    while calibration_file(a, i).exists():
-        src.append(calibration_file(a, i))
-        i += 1
-    for f in src:
+    for f in [a / "records.parquet", *calibration_files(a)]:
         save_records(c / f.name, with_prior(load_records(f), priors, weight))
         done.append(f.name)
     if (a / PAIRS_JSON).exists():
