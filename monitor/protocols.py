@@ -58,7 +58,9 @@ class StepScorer(Protocol):
 
     def start(self, task: str, agent: str | None = None, source: str = "") -> ScoreSession:
         """Open a session for a run on `task` by `agent` (None: pooled thresholds); `source`
-        names its calibration group when thresholds are keyed by source."""
+        names its calibration group when thresholds are keyed by source. A scorer that serves
+        known tasks (serving.scorer.Scorer) also takes `instance_id=`; monitor.session passes it
+        only when the harness named the task."""
         ...
 
     def score_run(self, traj: Trajectory) -> list[float]:

@@ -89,14 +89,19 @@ class Monitor:
         run: str = "",
         shadow: bool = False,
         source: str = "",
+        instance_id: str = "",
     ) -> Session:
         """Open a session for one run of `agent` on `task` (`run` names it in the log; `shadow`:
         the harness will not obey this run's stops, see monitor.feedback; `source`: the
-        calibration group when thresholds are keyed by source)."""
+        calibration group when thresholds are keyed by source; `instance_id`: the task's id,
+        which a bundle with a verdict table of known tasks looks up, serving.task_prior)."""
         score_session = None
         if self.scorer is not None:
+            # only a scorer that knows tasks is asked about one (the protocol's older form
+            # has no instance_id)
+            known = {"instance_id": instance_id} if instance_id else {}
             try:
-                score_session = self.scorer.start(task, agent, source=source)
+                score_session = self.scorer.start(task, agent, source=source, **known)
             except Exception:
                 logger.exception("scorer failed to start a session; heuristics only")
         return Session(

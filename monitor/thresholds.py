@@ -107,6 +107,9 @@ class Thresholds:
     probe; a bundle's candidates.json can choose another per group, serving.choice)."""
     why: str = ""
     """Why that candidate serves the run's group, in words ("" for the LM probe by default)."""
+    task_prior: float | None = None
+    """The run's task prior when the known-task choice serves it (serving.task_prior; None: the
+    run is served as an unknown task)."""
 
 
 class ThresholdTable(StrictModel):

@@ -14,6 +14,12 @@ The LM probe is served where:
   the training run's, the monitor's are new: the comparison behind the choice no longer holds);
 - the chosen candidate has no threshold for the served target (refused), or cannot be scored
   (its parameters are missing).
+
+A known task (serving.task_prior: a run whose task other agents have run often enough, by the
+bundle's verdict table) is served by the known-task choice (`Choice.known`, candidates.json's
+"known_tasks"), calibrated on known calibration runs only and offering `monitor_prior` and
+`prior` too; where that choice has no entry or no threshold for the group and target, or the
+group was re-calibrated, the run is served as an unknown task is.
 """
 
 from __future__ import annotations
@@ -31,23 +37,18 @@ import numpy as np
 
 from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable, target_key
-from monitor.types import Step, Trajectory
+from serving.candidate_run import MONITOR, MONITOR_TEXT, CandidateRun
 from serving.candidates import (
     STEP_LIMIT,
     TOKEN_LIMIT,
     PieceText,
     SignalsLR,
     TfidfLR,
-    length_scores,
 )
 from serving.stack import Stack, StackBag, stack_from_json
+from serving.task_prior import MONITOR_PRIOR, PRIOR_CANDIDATES, TaskPrior
 
 log = logging.getLogger(__name__)
-
-MONITOR = "monitor"
-MONITOR_TEXT = "monitor_text"
-"""The second LM probe, which also reads the TF-IDF text (train.text_candidate): the graphs'
-second logit plus its text part, served where the bundle has one (`Choice.text_probe`)."""
 
 
 @dataclass
@@ -61,6 +62,9 @@ class Choice:
         recalibrated: groups `failfast calibrate` re-calibrated (served by the monitor).
         text_probe: whether the bundle's graphs carry the second probe (MONITOR_TEXT); the
             scorer sets it (candidates.json does not know the graphs).
+        task_prior: the verdict table of known tasks (None: the bundle has none).
+        known: the known-task choice (a Choice over the same parameters with its own
+            thresholds, stack and choice; None: none).
     """
 
     chosen: dict[str, dict[str, Any]]
@@ -70,11 +74,13 @@ class Choice:
     stack: Stack | StackBag | None = None
     recalibrated: set[str] = field(default_factory=set)
     text_probe: bool = False
+    task_prior: TaskPrior | None = None
+    known: Choice | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], monitor_table: ThresholdTable | None) -> Choice:
         params = d.get("params") or {}
-        return cls(
+        out = cls(
             chosen=dict(d.get("chosen") or {}),
             tables={n: ThresholdTable.model_validate(t) for n, t in d["thresholds"].items()},
             signals=SignalsLR.from_json(params["signals_lr"]) if "signals_lr" in params else None,
@@ -82,6 +88,21 @@ class Choice:
             stack=stack_from_json(d["stack"]) if "stack" in d else None,
             recalibrated=recalibrated_groups(monitor_table.calibration if monitor_table else None),
         )
+        kt = d.get("known_tasks")
+        if kt:
+            prior = TaskPrior.from_json(kt["prior"])
+            known = cls.from_json({**kt, "params": params}, None)
+            known.recalibrated = out.recalibrated
+            known.task_prior = out.task_prior = prior
+            out.known = known
+        return out
+
+    def prior_of(self, instance_id: str | None, agent: str) -> float | None:
+        """The task prior of a run of `agent` on `instance_id` (None: no table, or the task is
+        unknown to it; serving.task_prior)."""
+        if self.task_prior is None:
+            return None
+        return self.task_prior.prior(instance_id, agent)
 
     @classmethod
     def load(cls, path: Path, monitor_table: ThresholdTable | None) -> Choice:
@@ -101,6 +122,8 @@ class Choice:
             return True
         if name == MONITOR_TEXT:
             return self.text_probe
+        if name in PRIOR_CANDIDATES:
+            return self.task_prior is not None
         if name == "signals_lr":
             return self.signals is not None
         if name == "tfidf_lr":
@@ -115,11 +138,17 @@ class Choice:
         target: float,
         monitor: Thresholds,
         scorable: Container[str] | None = None,
+        prior: float | None = None,
     ) -> Thresholds:
         """The thresholds (with the candidate they are for, `Thresholds.scorer`) a run of
         `group` is served with at `target`; `monitor`: the LM probe's own thresholds for it,
         served when the choice is not. `scorable`: the candidates the caller has scores of
-        (offline evaluation from records); None: those this bundle's parameters can score."""
+        (offline evaluation from records); None: those this bundle's parameters can score.
+        `prior`: the run's task prior (`prior_of`; None: an unknown task)."""
+        if prior is not None and self.known is not None and group not in self.recalibrated:
+            th = self.known._known(group, target, scorable)
+            if th is not None:
+                return dataclasses.replace(th, task_prior=prior)
 
         def probe(why: str) -> Thresholds:
             return dataclasses.replace(monitor, scorer=MONITOR, why=why)
@@ -147,10 +176,34 @@ class Choice:
             )
         return dataclasses.replace(th, scorer=name, why=why)
 
+    def _known(
+        self, group: str, target: float, scorable: Container[str] | None
+    ) -> Thresholds | None:
+        """The known-task choice's thresholds for `group` at `target` (self is `known`); None
+        where it has none (the caller serves the run as an unknown task)."""
+        entry = self.chosen.get(group)
+        if entry is None:
+            return None
+        by_target = entry.get("by_target") or {}
+        name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
+        ok = self.servable(name) if scorable is None else name in scorable or name == MONITOR
+        if not ok or name not in self.tables:
+            return None
+        th = self.tables[name].lookup(group, target)
+        if not math.isfinite(th.stop):
+            return None
+        why = f"{name}: a known task; it saved the most tokens on held-out known calibration runs"
+        return dataclasses.replace(th, scorer=name, why=why)
+
+    def for_prior(self, prior: float | None) -> Choice:
+        """The choice whose parameters score a run served with `prior` (Thresholds.task_prior):
+        the known-task choice for a known task, else this one."""
+        return self.known if prior is not None and self.known is not None else self
+
     def needs_monitor(self, name: str) -> bool:
         """Whether candidate `name` needs the graphs' scores (the LM probe, the second probe, or
         a stack over the LM probe)."""
-        if name in (MONITOR, MONITOR_TEXT):
+        if name in (MONITOR, MONITOR_TEXT, MONITOR_PRIOR):
             return True
         return name == "stack" and self.stack is not None and MONITOR in self.stack.bases
 
@@ -159,9 +212,11 @@ class Choice:
         """The pieces the TF-IDF candidate counts (None: the featuriser's; see `step_piece`)."""
         return self.tfidf.text if self.tfidf is not None else None
 
-    def start(self, name: str, header: str, group: str) -> CandidateRun:
-        """A live run scored by candidate `name` (`header`: `header_piece` of the run)."""
-        return CandidateRun(self, name, header, group)
+    def start(self, name: str, header: str, group: str, prior: float | None = None) -> CandidateRun:
+        """A live run scored by candidate `name` (`header`: `header_piece` of the run; `prior`:
+        its task prior where the known-task choice serves the run, Thresholds.task_prior): such
+        a run is scored by the known-task choice's parameters (its stack)."""
+        return CandidateRun(self.for_prior(prior), name, header, group, prior)
 
     def score_run(
         self,
@@ -172,12 +227,13 @@ class Choice:
         group: str,
         monitor: Sequence[float] | None = None,
         monitor_text: Sequence[float] | None = None,
+        prior: float | None = None,
     ) -> np.ndarray:
         """Candidate `name`'s score after each step of a whole run: the same numbers a
         `CandidateRun` gives step by step (`pieces`: header + one rendered piece per step,
         `signals`: the full signal matrix, `tokens`: each step's tokens; `monitor`,
         `monitor_text`: the graphs' scores where `needs_monitor`)."""
-        run = self.start(name, pieces[0], group)
+        run = self.start(name, pieces[0], group, prior)
         out = [
             run.observe(
                 pieces[k + 1],
@@ -202,84 +258,4 @@ def recalibrated_groups(calibration: Mapping[str, Any] | None) -> set[str]:
             or c.get("kept_from") == "failfast calibrate"}  # fmt: skip
 
 
-class CandidateRun:
-    """One run scored by a candidate other than (or stacked over) the LM probe, step by step."""
-
-    def __init__(self, choice: Choice, name: str, header: str, group: str) -> None:
-        self.choice = choice
-        self.name = name
-        self.group = group
-        self._counts: dict[int, float] = {}
-        if choice.tfidf is not None and self._uses("tfidf_lr"):
-            self._counts = choice.tfidf.piece_counts(header)
-        self._tokens: list[int] = []
-        self._bases: dict[str, list[float]] = {}
-
-    def _uses(self, base: str) -> bool:
-        if self.name == base:
-            return True
-        return (
-            self.name == "stack"
-            and self.choice.stack is not None
-            and base in self.choice.stack.bases
-        )
-
-    def observe(
-        self,
-        piece: str,
-        signals: np.ndarray,
-        tokens: int,
-        monitor: float | None = None,
-        monitor_text: float | None = None,
-    ) -> float:
-        """Add one step (its rendered piece, the signal vector after it in SIGNAL_NAMES order,
-        its tokens, and the LM probe's score, or the second probe's, when `needs_monitor`);
-        return the candidate's score after it."""
-        c = self.choice
-        if self.name == MONITOR_TEXT:
-            if monitor_text is None:
-                raise ValueError(f"{self.name} needs the second probe's score")
-            self._tokens.append(int(tokens))
-            return float(monitor_text)
-        self._tokens.append(int(tokens))
-        now: dict[str, float] = {}
-        if self._uses("tfidf_lr") and c.tfidf is not None:
-            c.tfidf.add_piece(self._counts, piece)
-            now["tfidf_lr"] = c.tfidf.score_counts(self._counts)
-        if self._uses("signals_lr") and c.signals is not None:
-            now["signals_lr"] = float(c.signals.scores(np.asarray(signals)[None])[0])
-        if self._uses(MONITOR):
-            if monitor is None:
-                raise ValueError(f"{self.name} needs the LM probe's score")
-            now[MONITOR] = float(monitor)
-        if self.name in now:
-            return now[self.name]
-        if self.name in (STEP_LIMIT, TOKEN_LIMIT):
-            return float(length_scores(self._tokens)[self.name][-1])
-        if self.name == "stack" and c.stack is not None:
-            for b, v in now.items():
-                self._bases.setdefault(b, []).append(v)
-            bases = {b: np.asarray(v) for b, v in self._bases.items()}
-            return float(c.stack.scores_for(self.group, bases, np.asarray(self._tokens))[-1])
-        raise ValueError(f"candidate {self.name!r} cannot be scored")
-
-
-def header_piece(featuriser: Any, task: str, agent: str, text: PieceText | None = None) -> str:
-    """The header text the TF-IDF candidate counts: `text`'s (its own cuts), or the featuriser's
-    window header when None (bundles written before PieceText)."""
-    return text.header(task, agent) if text is not None else str(featuriser.header(task, agent))
-
-
-def step_piece(featuriser: Any, step: Step, k: int, text: PieceText | None = None) -> str:
-    """The rendered text of step k the TF-IDF candidate counts (the training side's run_pieces):
-    `text`'s piece, or the featuriser's window piece when None."""
-    return text.step(step, k) if text is not None else str(featuriser.render_step(step, k))
-
-
-def run_pieces(featuriser: Any, traj: Trajectory, text: PieceText | None = None) -> list[str]:
-    """The header followed by one rendered piece per step (see `step_piece`)."""
-    if text is not None:
-        return text.pieces(traj)
-    return [header_piece(featuriser, traj.task, traj.agent, text)] + [
-        step_piece(featuriser, s, k + 1, text) for k, s in enumerate(traj.steps)
-    ]
+__all__ = ["MONITOR", "MONITOR_TEXT", "CandidateRun", "Choice", "recalibrated_groups"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from monitor.signals import SignalTracker
 from monitor.types import Step
-from serving.choice import MONITOR_TEXT, header_piece, step_piece
+from serving.candidate_run import MONITOR_TEXT, header_piece, step_piece
 from serving.numeric import sigmoid
 
 
@@ -27,7 +27,14 @@ class KVScoreSession:
         tokens_encoded: tokens the model has encoded for this run (the monitor's own cost).
     """
 
-    def __init__(self, scorer: Any, task: str, agent: str | None = None, source: str = "") -> None:
+    def __init__(
+        self,
+        scorer: Any,
+        task: str,
+        agent: str | None = None,
+        source: str = "",
+        instance_id: str = "",
+    ) -> None:
         # scorer: the serving.scorer.Scorer that opened the session (not imported: it imports this)
         self._scorer = scorer
         self._render = scorer.featuriser.session(task, agent or "")
@@ -35,11 +42,13 @@ class KVScoreSession:
         self._lock = threading.Lock()
         self._window: list[int] = []  # ids of the current window (to rebuild the cache)
         self._past: list[np.ndarray] | None = None  # None: no valid cache, encode the window
-        th = scorer.served(agent, source)
+        th = scorer.served(agent, source, instance_id)
         self.threshold = th.stop
         self.warn_threshold = th.warn
         self.threshold_origin = th.origin
         self.scorer_name = th.scorer
+        self.task_prior = th.task_prior
+        """The task prior the run is scored with (None: served as an unknown task)."""
         """The candidate this run is scored with ("monitor": the LM probe; serving.choice)."""
         self.k = 0
         self.tokens_encoded = 0
@@ -58,8 +67,8 @@ class KVScoreSession:
         if th.scorer != "monitor":
             header = header_piece(scorer.featuriser, task, agent or "", scorer.choice.tfidf_text)
             group = scorer.bundle.group_of(agent, source)
-            self._candidate = scorer.choice.start(th.scorer, header, group)
-            self._lm = scorer.choice.needs_monitor(th.scorer)
+            self._candidate = scorer.choice.start(th.scorer, header, group, th.task_prior)
+            self._lm = self._candidate.choice.needs_monitor(th.scorer)
 
     def observe(self, step: Step) -> float:
         """Add one step; return P(unresolved | steps so far).

@@ -83,9 +83,17 @@ class RemoteMonitor:
         self.timeout = timeout
 
     def start(
-        self, task: str = "", agent: str | None = None, *, run: str = "", source: str = ""
+        self,
+        task: str = "",
+        agent: str | None = None,
+        *,
+        run: str = "",
+        source: str = "",
+        instance_id: str = "",
     ) -> RemoteSession | NoSession:
         body = {"task": task, "agent": agent, "run": run, "source": source}
+        if instance_id:  # a server without known tasks would refuse the field (422)
+            body["instance_id"] = instance_id
         try:
             out = _call(f"{self.url}/v1/sessions", "POST", body, self.timeout)
             return RemoteSession(self.url, str(out["session_id"]), self.timeout)

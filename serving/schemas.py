@@ -28,6 +28,13 @@ def _run_id(v: str) -> str:
     return v
 
 
+def _instance_id(v: str) -> str:
+    """A task id: as `_run_id`."""
+    if (why := check_name(v, max_length=1000)) is not None:
+        raise ValueError(f"not a usable instance id: {why}")
+    return v
+
+
 class StepIn(BaseModel):
     """One normalised step (monitor.types.Step fields; all but `index` optional). Numbers must be
     finite, token counts and cost not negative (422): a NaN cost turned every later score into
@@ -112,9 +119,15 @@ class SessionRequest(BaseModel):
         description="The harness will not obey this run's stops (a shadow run: its verdict "
         "measures the false-positive rate).",
     )
+    instance_id: str = Field(
+        "",
+        description="The task's id (e.g. a SWE-bench instance id): a bundle with a verdict "
+        "table of known tasks serves a task other agents have run by its known-task choice.",
+    )
 
     _names = field_validator("agent", "source")(staticmethod(_name))
     _run = field_validator("run")(staticmethod(_run_id))
+    _instance = field_validator("instance_id")(staticmethod(_instance_id))
 
 
 def steps_over(errors: Sequence[Any]) -> int | None:

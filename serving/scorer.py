@@ -31,7 +31,7 @@ from monitor.thresholds import Thresholds
 from monitor.types import Trajectory
 from serving.batching import KVBatcher, KVRequest, pack, unpack
 from serving.bundle import Bundle, load_bundle
-from serving.choice import MONITOR, MONITOR_TEXT, run_pieces
+from serving.candidate_run import MONITOR, MONITOR_TEXT, run_pieces
 from serving.graphs import LOGIT_OUTPUTS, check_logit_outputs, kv_start_state, ort_session
 from serving.live import KVScoreSession
 from serving.numeric import sigmoid
@@ -176,26 +176,28 @@ class Scorer:
         are keyed by source) at this scorer's target."""
         return self.bundle.thresholds_for(agent, self.target, source)
 
-    def served(self, agent: str | None, source: str = "") -> Thresholds:
+    def served(self, agent: str | None, source: str = "", instance_id: str = "") -> Thresholds:
         """The thresholds a run of `agent` / `source` is served with at this scorer's target,
         and the candidate they are for (`Thresholds.scorer`): candidates.json's choice for its
-        group, else the LM probe (serving.choice says when)."""
+        group, else the LM probe (serving.choice says when); the known-task choice where
+        `instance_id` is a task the bundle's verdict table knows (serving.task_prior)."""
         th = self.thresholds(agent, source)
         if self.choice is None or self.bundle.thresholds is None:
             return th
-        return self.choice.served(self.bundle.group_of(agent, source), self.target, th)
+        prior = self.choice.prior_of(instance_id, agent or "")
+        return self.choice.served(self.bundle.group_of(agent, source), self.target, th, prior=prior)
 
     def score_served(
         self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None
     ) -> tuple[list[float], Thresholds]:
         """The served candidate's score after every step of `traj` (what a live session of the
         same steps gives), and what served it."""
-        served = self.served(traj.agent or None, traj.source)
+        served = self.served(traj.agent or None, traj.source, traj.instance_id)
         if served.scorer == MONITOR:
             return self.score_run(traj, cancelled=cancelled), served
         assert self.choice is not None
         mon = text = None
-        if self.choice.needs_monitor(served.scorer):
+        if self.choice.for_prior(served.task_prior).needs_monitor(served.scorer):
             heads = 2 if served.scorer == MONITOR_TEXT else 1
             both = self.score_heads(traj, cancelled=cancelled, heads=heads)
             mon, text = both[MONITOR], both.get(MONITOR_TEXT)
@@ -207,6 +209,7 @@ class Scorer:
             self.bundle.group_of(traj.agent, traj.source),
             mon,
             text,
+            served.task_prior,
         )
         return scores.tolist(), served
 
@@ -278,10 +281,14 @@ class Scorer:
 
         return self.score_run(dataclasses.replace(traj, steps=traj.steps[:k]))[-1]
 
-    def start(self, task: str, agent: str | None = None, source: str = "") -> KVScoreSession:
+    def start(
+        self, task: str, agent: str | None = None, source: str = "", instance_id: str = ""
+    ) -> KVScoreSession:
         """A ScoreSession (monitor.protocols) for a live run: observe(step) -> score. `source`
-        names the calibration group of a bundle whose thresholds are keyed by source."""
-        return KVScoreSession(self, task, agent, source)
+        names the calibration group of a bundle whose thresholds are keyed by source;
+        `instance_id`, the run's task, looked up in the bundle's verdict table of known tasks
+        (serving.task_prior)."""
+        return KVScoreSession(self, task, agent, source, instance_id)
 
     def session(
         self,
@@ -291,6 +298,7 @@ class Scorer:
         monitor: Any = None,
         run: str = "",
         source: str = "",
+        instance_id: str = "",
     ) -> Any:
         """A monitor Session (observe(step) -> Decision) driven by this scorer.
 
@@ -303,10 +311,11 @@ class Scorer:
             monitor: a monitor.session.Monitor to open it from (shares its decision log);
                 None builds one with the bundle's policy.
             run: a name for the run in the decision log.
+            instance_id: the run's task id (a known task is served by the known-task choice).
         """
         if monitor is None:
             from monitor.policy import PolicyConfig
             from monitor.session import Monitor
 
             monitor = Monitor(PolicyConfig.model_validate(self.policy), scorer=self)
-        return monitor.start(task, agent, run=run, source=source)
+        return monitor.start(task, agent, run=run, source=source, instance_id=instance_id)

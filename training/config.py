@@ -188,6 +188,8 @@ class PipelineConfig(StrictModel):
                 why.append("train.probe_text: null (the LM probe already reads the text)")
             if why:
                 raise ValueError(f"train.text_candidate needs {', '.join(why)}")
+        if self.train.task_prior_min_runs and not self.train.baselines:
+            raise ValueError("train.task_prior_min_runs needs train.baselines: true")
         return self
 
 

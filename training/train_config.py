@@ -82,6 +82,14 @@ class TrainConfig(StrictModel):
     """Progress bars."""
     baselines: bool = True
     """Fit the signals and TF-IDF baselines."""
+    task_prior_min_runs: int = Field(0, ge=0)
+    """> 0: the bundle serves known tasks (serving.task_prior): a verdict table of the training
+    and validation runs, and a known-task choice calibrated on the calibration runs whose task
+    has this many runs by other agents, offering `monitor_prior` and `prior` besides the other
+    candidates. 0 (default): no table. 4 is the measured design point (docs/RESULTS.md, "Known
+    tasks"). Needs `baselines` (the choice it is made in)."""
+    task_prior_weight: float = Field(1.0, gt=0.0)
+    """The prior's logit weight in `monitor_prior` (1 measured best; 0.5 over-stopped)."""
     bundle: bool = True
     """At the end, pick thresholds (training.calibrate.thresholds) and export the bundle to OUT/bundle."""
     signals_C: float = Field(1.0, gt=0)

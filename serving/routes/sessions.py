@@ -30,7 +30,12 @@ def open_session(req: SessionRequest, request: Request, state: State) -> Any:
         raise HTTPException(429, str(e)) from e
     try:
         session = state.monitor.start(
-            req.task, req.agent, run=req.run, shadow=req.shadow, source=req.source
+            req.task,
+            req.agent,
+            run=req.run,
+            shadow=req.shadow,
+            source=req.source,
+            instance_id=req.instance_id,
         )
     except BaseException:
         state.table.cancel(client)
@@ -47,6 +52,7 @@ def open_session(req: SessionRequest, request: Request, state: State) -> Any:
             if scored is not None
             else "none (no model)",
             "scorer": scored.scorer_name if scored is not None else None,
+            "task_prior": getattr(scored, "task_prior", None) if scored is not None else None,
         }
     )
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from monitor.signals import signal_matrix
+from serving.candidate_run import run_pieces
 from serving.candidates import PieceText
-from serving.choice import run_pieces
 from serving.manifest import MANIFEST, read_manifest, write_manifest
 from serving.runs import score_transcript
 from serving.scorer import Scorer

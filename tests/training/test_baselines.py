@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from monitor.schedule import Schedule  # noqa: E402
 from monitor.signals import signal_matrix  # noqa: E402
-from serving.choice import run_pieces  # noqa: E402
+from serving.candidate_run import run_pieces  # noqa: E402
 from training.baselines import learned as bl  # noqa: E402
 from training.data.examples import (  # noqa: E402
     prefix_examples,

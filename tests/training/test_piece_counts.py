@@ -12,8 +12,8 @@ import pytest
 from sklearn.feature_extraction.text import CountVectorizer
 
 from monitor.types import Step, Trajectory
+from serving.candidate_run import run_pieces
 from serving.candidates import PieceText
-from serving.choice import run_pieces
 from training.baselines.piece_counts import PieceCounts
 
 WORDS = [f"w{i}" for i in range(60)] + ["Django", "pytest", "Traceback", "error", "passed"]

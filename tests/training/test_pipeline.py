@@ -239,3 +239,55 @@ def test_probe_text_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_path
     assert moved > 1e-3
     # a bundle whose text head is missing or unlisted is refused, never served without it
     assert_text_part_required(out / "bundle", tmp_path / "bad", "monitor_text.json", "text head")
+
+
+def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
+    """train.task_prior_min_runs: candidates.json carries the verdict table of the training and
+    validation runs (never the test split's) and a known-task choice calibrated on the
+    calibration runs of known tasks; the bundle serves a known task by it, and the evaluation
+    reports the test runs as known tasks beside the ordinary served choice."""
+    from monitor.thresholds import ThresholdTable
+    from serving.scorer import Scorer
+    from serving.task_prior import TaskPrior
+    from training.evaluate.report import evaluate
+
+    runs = make_runs(20, seed=2)
+    cfg = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        thresholds={"calibration": "val+train-oof", "crossfit_folds": 3, "group_by": "agent"},
+        train={"bundle": True, "baselines": True, "task_prior_min_runs": 2},
+    )
+    run_pipeline(cfg, runs, tmp_path / "out")
+    out = tmp_path / "out"
+    cands = json.loads((out / "bundle" / "candidates.json").read_text())
+    known = cands["known_tasks"]
+    table = TaskPrior.from_json(known["prior"])
+    splits = load_splits(out / "splits.json")
+    assert set(table.counts) == set(splits.train) | set(splits.val)
+    assert not set(table.counts) & set(splits.test)
+    assert {"monitor_prior", "prior", "monitor", "signals_lr"} <= set(known["thresholds"])
+    val = load_records(out / "records" / "val.parquet")
+    oof = load_records(out / "records" / "train_oof.parquet")
+    assert known["calibration_runs"] == len(val) + len(oof)  # two other-agent runs each
+    scorer = Scorer.load(out / "bundle", threads=1)
+    assert scorer.choice is not None
+    assert scorer.choice.known is not None
+    test_run = next(r for r in runs if r.instance_id in set(splits.test))
+    assert scorer.served(test_run.agent, instance_id=test_run.instance_id).task_prior is None
+    seen = next(r for r in runs if r.instance_id in set(splits.val))
+    p = table.prior(seen.instance_id, seen.agent)
+    assert p is not None
+    assert p == scorer.choice.prior_of(seen.instance_id, seen.agent)
+    th = ThresholdTable.model_validate(json.loads((out / "thresholds.json").read_text()))
+    report = evaluate(
+        load_records(out / "records" / "test.parquet"),
+        th,
+        calibration=[*val, *oof],
+        candidates=cands,
+    )
+    kt = report["known_tasks"]
+    assert kt["known_runs"] == len(load_records(out / "records" / "test.parquet"))
+    for row in [kt["overall"], *kt["per_agent"].values()]:
+        for side in ("served", "with_known_tasks"):
+            assert 0.0 <= row[side]["tokens_saved"] <= 1.0

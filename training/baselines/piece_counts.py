@@ -27,8 +27,8 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer
 
 from monitor.types import Trajectory
+from serving.candidate_run import run_pieces
 from serving.candidates import PieceText
-from serving.choice import run_pieces
 from training.data.run_memo import RunMemo
 
 

@@ -199,6 +199,8 @@ def evaluate(
         s: _section(rs, records, stops, info, used, cfg, key_by, cal_info)
         for s, rs in sorted(group_records(records, "source").items())
     }
+    if candidates and candidates.get("known_tasks") and calibration:
+        out["known_tasks"] = _known_tasks(records, calibration, thresholds, cfg, candidates, stops)
     out["views"] = dict(VIEWS)
     out["settings"] = {
         "confidence": cfg.confidence,
@@ -213,6 +215,32 @@ def evaluate(
     }
     out["notes"] = notes
     return out
+
+
+def _known_tasks(
+    records: Sequence[RunRecord],
+    calibration: Sequence[RunRecord],
+    thresholds: ThresholdTable,
+    cfg: EvalConfig,
+    candidates: dict[str, Any],
+    stops: Mapping[str, Stops],
+) -> dict[str, Any]:
+    """The report's "known_tasks" (training.evaluate.known_tasks.known_report), beside the
+    served choice's stops (the monitor's where the report has no served choice)."""
+    from serving.task_prior import TaskPrior
+    from training.evaluate.known_tasks import known_report
+
+    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
+    served = stops.get(f"{CALIBRATED}selected") or stops["monitor"]
+    return known_report(
+        records,
+        calibration,
+        thresholds,
+        target=cfg.target_fpr,
+        scorers=[cfg.scorer, *second, *cfg.score_baselines],
+        prior=TaskPrior.from_json(candidates["known_tasks"]["prior"]),
+        served=dict(served),
+    )
 
 
 def pct(x: float | None, *, missing: str = "-", unit: str = "") -> str:

@@ -24,6 +24,11 @@ priors of the same kind). `--max-others K` keeps K of each run's other-agent run
 per run): a task seen a few times, not eight. `--own-agent` counts the agent's own other runs of
 the task too (never the run itself): attempt k of a pass@k run, or the attempt after a restart.
 `--min-runs M` gives a task with fewer than M other runs the corpus rate p0, as if unseen.
+`--known-only` (with `--min-runs M`) keeps only the runs whose task has M or more other-agent
+runs, in the records and in the calibration records: what the bundle serves (serving.task_prior),
+where known tasks get their own choice calibrated on known calibration runs only, and unknown
+tasks the ordinary one. Compare it with `paired A C`: A's test runs are matched to C's, A stays
+calibrated on all its runs (the bundle's unknown-task path on these runs).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import numpy as np
 from monitor.atomic import atomic_write_text
 from monitor.types import Trajectory
 from serving.numeric import logit, sigmoid
+from serving.task_prior import TaskPrior
 from training.data.records import RunRecord, load_records, save_records
 from training.evaluate.views import PAIRS_JSON, calibration_files
 
@@ -104,16 +110,36 @@ def with_prior(
     return out
 
 
-def prior_view(a: Path, c: Path, priors: dict[str, float], weight: float) -> list[str]:
+def known_runs(runs: Sequence[Trajectory], min_runs: int) -> set[str]:
+    """Ids of the labelled runs whose task has `min_runs` or more labelled runs by other agents
+    (serving.task_prior.TaskPrior's known tasks)."""
+    labelled = [r for r in runs if r.resolved is not None]
+    table = TaskPrior.from_verdicts(
+        ((r.instance_id, r.agent, bool(r.resolved)) for r in labelled), min_runs=max(min_runs, 1)
+    )
+    return {r.id for r in labelled if table.prior(r.instance_id, r.agent) is not None}
+
+
+def prior_view(
+    a: Path, c: Path, priors: dict[str, float], weight: float, keep: set[str] | None = None
+) -> list[str]:
     """C = A with the prior scores (records, and the pairs' calibration records when A has
-    them); returns the files written."""
+    them; only the runs in `keep` when given); returns the files written."""
     done = []
     for f in [a / "records.parquet", *calibration_files(a)]:
-        save_records(c / f.name, with_prior(load_records(f), priors, weight))
+        recs = load_records(f)
+        if keep is not None:
+            recs = [r for r in recs if r.run_id in keep]
+        save_records(c / f.name, with_prior(recs, priors, weight))
         done.append(f.name)
     if (a / PAIRS_JSON).exists():
         c.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(a / PAIRS_JSON, c / PAIRS_JSON)
+        if keep is None:
+            shutil.copyfile(a / PAIRS_JSON, c / PAIRS_JSON)
+        else:  # each pair's test runs, less those left out
+            pairs = json.loads((a / PAIRS_JSON).read_text())
+            kept = [[x for x in ids if x in keep] for ids in pairs]
+            atomic_write_text(c / PAIRS_JSON, json.dumps(kept))
         done.append(PAIRS_JSON)
     return done
 
@@ -133,9 +159,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--own-agent", action="store_true", help="count the agent's own other runs of the task"
     )
     p.add_argument("--min-runs", type=int, default=0, help="fewer other runs: no prior (p0)")
+    p.add_argument(
+        "--known-only", action="store_true", help="keep only runs of tasks with --min-runs others"
+    )
     args = p.parse_args(argv)
+    if args.known_only and (args.min_runs < 1 or args.own_agent or args.max_others):
+        p.error("--known-only needs --min-runs >= 1, and neither --own-agent nor --max-others")
+    runs = load_corpus(args.corpus)
+    keep = known_runs(runs, args.min_runs) if args.known_only else None
     priors = leave_agent_out_priors(
-        load_corpus(args.corpus),
+        runs,
         max_others=args.max_others,
         seed=args.seed,
         own_agent=args.own_agent,
@@ -144,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for view in args.views:
         if not (args.a / view / "records.parquet").is_file():
             p.error(f"{args.a / view / 'records.parquet'}: missing (run failfast crossfit)")
-        done = prior_view(args.a / view, args.out / view, priors, args.weight)
+        done = prior_view(args.a / view, args.out / view, priors, args.weight, keep)
         sys.stdout.write(f"{args.out / view}: {', '.join(done)}\n")
     atomic_write_text(args.out / "task_prior.json", json.dumps(vars(args), default=str, indent=1))
     return 0

@@ -135,7 +135,8 @@ def run_pipeline(
             calibration = calibration + oof_records
         _write_thresholds(cfg, out, calibration)
         if baselines:
-            _write_candidates(cfg, out, calibration, baselines, scorers)
+            known = [*sr.train_all, *sr.use["val"]] if tc.task_prior_min_runs else None
+            _write_candidates(cfg, out, calibration, baselines, scorers, known)
         stages.export(cfg, out)
     return metrics
 
@@ -157,9 +158,12 @@ def _write_candidates(
     calibration: list[Any],
     baselines: dict[str, Any],
     scorers: Sequence[str],
+    known: Sequence[Trajectory] | None = None,
 ) -> None:
     """OUT/candidates.json: the calibrated baselines, the stack and the per-group choice
-    (training.evaluate.shipped), with the baselines as numpy parameters; copied into the bundle."""
+    (training.evaluate.shipped), with the baselines as numpy parameters; copied into the bundle.
+    `known`: the runs whose verdicts make the table of known tasks (train.task_prior_min_runs;
+    the training and validation splits, never the test split) and its known-task choice."""
     from monitor.thresholds import ThresholdTable
     from training.evaluate.shipped import shipped_candidates
     from training.export.candidates import baseline_params
@@ -167,6 +171,18 @@ def _write_candidates(
     table = ThresholdTable.model_validate(json.loads((out / "thresholds.json").read_text()))
     cands = shipped_candidates(calibration, table, scorers=scorers)
     cands["params"] = baseline_params(baselines)
+    if known is not None:
+        from training.evaluate.known_tasks import known_candidates, task_table
+
+        tc = cfg.train
+        prior = task_table(known, min_runs=tc.task_prior_min_runs, weight=tc.task_prior_weight)
+        try:
+            cands["known_tasks"] = known_candidates(
+                calibration, table, scorers=scorers, prior=prior
+            )
+        except ValueError as e:  # the bundle serves every task as unknown, and says why
+            log.warning("no known-task choice: %s", e)
+            cands["known_tasks_refused"] = str(e)
     tmp = out / "candidates.json.tmp"
     tmp.write_text(json.dumps(cands) + "\n")
     tmp.replace(out / "candidates.json")

@@ -1,0 +1,167 @@
+"""Known tasks served (serving.task_prior, serving.choice's known-task choice): a run whose task
+other agents have run often enough is scored by the known-task choice, the same live, in replay
+and over HTTP; every other run is served exactly as before."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.types import Trajectory
+from serving.numeric import logit, sigmoid
+from serving.scorer import Scorer
+from serving.task_prior import TaskPrior
+from tests.bundle_helpers import make_run, serve, shared_bundle
+from tests.serving.test_choice import _bundle, _candidates, _table
+from training.experiments.task_prior import leave_agent_out_priors
+
+RUN = make_run(9, seed=3)  # instance "inst-3", agent mini-swe-agent
+OTHERS = [("inst-3", a, ok) for a, ok in [("A", False), ("B", False), ("C", True), ("D", False)]]
+OWN = [("inst-3", "mini-swe-agent", True)] * 6  # the run's own agent: never counted
+P0_RUNS = [("inst-9", "A", True), ("inst-9", "B", False)]
+
+
+def _prior(min_runs: int = 4) -> TaskPrior:
+    return TaskPrior.from_verdicts([*OTHERS, *OWN, *P0_RUNS], min_runs=min_runs)
+
+
+def test_the_prior_counts_other_agents_verdicts_only_and_needs_min_runs() -> None:
+    t = _prior()
+    p0 = 4 / 12  # unresolved among the 12 verdicts
+    assert t.p0 == pytest.approx(p0)
+    assert t.others("inst-3", "mini-swe-agent") == (4, 3)
+    assert t.prior("inst-3", "mini-swe-agent") == pytest.approx((3 + p0) / 5)
+    assert t.prior("inst-3", "A") == pytest.approx((2 + p0) / 10)  # B, C, D, 6 mini runs
+    assert _prior(10).prior("inst-3", "A") is None
+    assert _prior(9).prior("inst-3", "A") is not None
+    assert t.prior("inst-9", "A") is None  # one other run < 4
+    assert t.prior("", "A") is None
+    assert t.prior("never-run", "A") is None
+    assert TaskPrior.from_json(json.loads(json.dumps(t.to_json()))) == t
+    assert t.combine(0.3, 0.6) == pytest.approx(
+        float(sigmoid(logit(np.array([0.3]))[0] + logit(np.array([0.6]))[0]))
+    )
+
+
+def test_the_served_table_equals_the_measured_leave_agent_out_prior() -> None:
+    verdicts = [*OTHERS, *OWN, *P0_RUNS]
+    runs = [
+        Trajectory(id=f"r{i}", instance_id=inst, agent=a, resolved=ok)
+        for i, (inst, a, ok) in enumerate(verdicts)
+    ]
+    measured = leave_agent_out_priors(runs, min_runs=4)
+    table = TaskPrior.from_verdicts(verdicts, min_runs=4)
+    for r in runs:
+        served = table.prior(r.instance_id, r.agent)
+        assert measured[r.id] == pytest.approx(table.p0 if served is None else served)
+
+
+def test_one_kind_of_verdict_is_refused() -> None:
+    with pytest.raises(ValueError, match="resolved and unresolved"):
+        TaskPrior.from_verdicts([("t", "A", True), ("t", "B", True)])
+
+
+def _known_candidates(scorer: Scorer, chosen: str, threshold: float = 0.5) -> dict:
+    """A candidates.json choosing signals_lr for mini-swe-agent on unknown tasks and `chosen`
+    on known ones (its own thresholds at `threshold`)."""
+    cands = _candidates(scorer, "signals_lr")
+    known = copy.deepcopy({k: cands[k] for k in ("group_by", "stack")})
+    known["thresholds"] = {
+        c: _table(threshold) for c in ("monitor", "monitor_prior", "prior", "signals_lr")
+    }
+    known["chosen"] = {"mini-swe-agent": {"scorer": chosen, "by_target": {"0.05": chosen}}}
+    known["prior"] = _prior().to_json()
+    return {**cands, "known_tasks": known}
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir: Path, tmp_path_factory) -> Path:
+    return shared_bundle(tiny_model_dir, tmp_path_factory)
+
+
+@pytest.mark.parametrize("chosen", ["monitor_prior", "prior", "monitor", "signals_lr"])
+def test_a_known_task_is_served_by_the_known_choice_live_as_in_replay(
+    chosen: str, base: Path, tmp_path: Path
+) -> None:
+    scorer = Scorer.load(_bundle(tmp_path, base, _known_candidates(Scorer.load(base), chosen)))
+    p = _prior().prior(RUN.instance_id, RUN.agent)
+    th = scorer.served(RUN.agent, instance_id=RUN.instance_id)
+    assert (th.scorer, th.stop, th.task_prior) == (chosen, 0.5, p)
+    assert "known task" in th.why
+    live = scorer.start(RUN.task, RUN.agent, instance_id=RUN.instance_id)
+    assert (live.scorer_name, live.threshold, live.task_prior) == (chosen, 0.5, p)
+    got = [live.observe(s) for s in RUN.steps]
+    replay, used = scorer.score_served(RUN)  # the run's own instance_id
+    np.testing.assert_allclose(got, replay, rtol=1e-9, atol=1e-12)
+    assert used.scorer == chosen
+    probe = np.asarray(scorer.score_run(RUN))
+    want = {
+        "monitor_prior": sigmoid(logit(probe) + logit(np.full(len(probe), p))),
+        "prior": np.full(len(probe), p),
+        "monitor": probe,
+    }.get(chosen)
+    if want is not None:
+        np.testing.assert_allclose(replay, want, rtol=1e-9, atol=1e-12)
+    # the monitor Session opened with the task id decides on the same scores
+    session = scorer.session(RUN.task, RUN.agent, instance_id=RUN.instance_id)
+    scores = [session.observe(s).score for s in RUN.steps[:3]]
+    np.testing.assert_allclose(scores, replay[:3], rtol=1e-9, atol=1e-12)
+
+
+def test_an_unknown_task_is_served_as_before(base: Path, tmp_path: Path) -> None:
+    plain = Scorer.load(_bundle(tmp_path / "a", base, _candidates(Scorer.load(base), "signals_lr")))
+    scorer = Scorer.load(
+        _bundle(tmp_path / "b", base, _known_candidates(Scorer.load(base), "monitor_prior"))
+    )
+    for inst in ("", "never-run", "inst-9"):  # no id, not in the table, too few other runs
+        th = scorer.served(RUN.agent, instance_id=inst)
+        assert (th.scorer, th.task_prior) == ("signals_lr", None)
+        assert th == plain.served(RUN.agent)
+    other = Trajectory(**{**RUN.__dict__, "instance_id": "never-run"})
+    np.testing.assert_allclose(scorer.score_served(other)[0], plain.score_served(other)[0])
+    # a group the known choice does not hold is served as an unknown task's
+    swe = make_run(7, agent="swe-agent", seed=3)
+    th = scorer.served(swe.agent, instance_id=swe.instance_id)
+    assert th.task_prior is None
+    assert th == plain.served(swe.agent)
+
+
+def test_a_known_choice_without_a_threshold_falls_back_to_the_ordinary_one(
+    base: Path, tmp_path: Path
+) -> None:
+    cands = _known_candidates(Scorer.load(base), "monitor_prior", threshold=math.inf)
+    scorer = Scorer.load(_bundle(tmp_path, base, cands))
+    th = scorer.served(RUN.agent, instance_id=RUN.instance_id)
+    assert (th.scorer, th.task_prior) == ("signals_lr", None)
+
+
+def test_http_sessions_take_the_task_id(base: Path, tmp_path: Path) -> None:
+    httpx = pytest.importorskip("httpx")
+    bundle = _bundle(tmp_path, base, _known_candidates(Scorer.load(base), "monitor_prior"))
+    want, _ = Scorer.load(bundle).score_served(RUN)
+    gen = serve(bundle, tmp_path / "server.log")
+    url = next(gen)
+    try:
+        body = {"task": RUN.task, "agent": RUN.agent, "instance_id": RUN.instance_id}
+        r = httpx.post(f"{url}/v1/sessions", json=body)
+        assert r.status_code == 201, r.text
+        opened = r.json()
+        assert opened["scorer"] == "monitor_prior"
+        assert opened["task_prior"] == pytest.approx(_prior().prior(RUN.instance_id, RUN.agent))
+        sid = opened["session_id"]
+        got = []
+        for step in RUN.steps[:4]:
+            d = step.to_dict()
+            d.pop("index")
+            got.append(httpx.post(f"{url}/v1/sessions/{sid}/steps", json=d).json()["score"])
+        assert got == pytest.approx(want[:4], abs=1e-5)
+        bad = httpx.post(f"{url}/v1/sessions", json={**body, "instance_id": "a\nb"})
+        assert bad.status_code == 422
+        assert "instance id" in bad.text
+    finally:
+        gen.close()

@@ -1,0 +1,88 @@
+"""The training side of known tasks (training.evaluate.known_tasks): the table, the records'
+prior scores (equal to what a live session gives) and the known-task choice of candidates.json."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.types import Trajectory
+from serving.choice import Choice
+from serving.task_prior import MONITOR_PRIOR, PRIOR
+from training.data.records import RunRecord
+from training.evaluate.known_tasks import (
+    known_candidates,
+    known_records,
+    task_table,
+    with_verdicts,
+)
+
+
+def _rec(rid: str, inst: str, agent: str, resolved: bool, n: int = 12) -> RunRecord:
+    rng = np.random.default_rng(abs(hash(rid)) % 2**32)
+    scores = {b: rng.uniform(0.1, 0.9, n) for b in ("monitor", "signals_lr", "tfidf_lr")}
+    return RunRecord(rid, inst, agent, agent, resolved, np.full(n, 100, np.int64), scores)
+
+
+AGENTS = ("A", "B", "C")
+
+
+def _records(n_tasks: int = 30) -> list[RunRecord]:
+    rng = np.random.default_rng(0)
+    out = []
+    for t in range(n_tasks):
+        hard = rng.random() < 0.5
+        for a in AGENTS:
+            out.append(_rec(f"{a}/{t}", f"t{t}", a, bool(rng.random() < (0.2 if hard else 0.8))))
+    return out
+
+
+def _table(recs, min_runs=2):
+    runs = [Trajectory(id=r.run_id, instance_id=r.instance_id, agent=r.agent,
+                       resolved=r.resolved) for r in recs]  # fmt: skip
+    return task_table(runs, min_runs=min_runs)
+
+
+def test_known_records_carry_the_prior_and_the_live_combination() -> None:
+    recs = _records()
+    table = _table(recs)
+    known = known_records(recs, table)
+    assert len(known) == len(recs)  # every task has two other-agent runs
+    for r in known:
+        p = table.prior(r.instance_id, r.agent)
+        assert np.all(r.scores[PRIOR] == p)
+        live = [table.combine(float(m), p) for m in r.scores["monitor"]]
+        np.testing.assert_allclose(r.scores[MONITOR_PRIOR], live, rtol=1e-12)
+    assert known_records(recs, _table(recs, min_runs=3)) == []
+
+
+def test_added_verdicts_count_for_other_agents_only() -> None:
+    recs = _records()
+    table = _table(recs[:30])
+    more = with_verdicts(table, recs[30:])
+    r = recs[40]
+    assert table.prior(r.instance_id, r.agent) is None
+    runs, fails = more.others(r.instance_id, r.agent)
+    own = [x for x in recs[30:] if x.instance_id == r.instance_id and x.agent != r.agent]
+    assert (runs, fails) == (len(own), sum(not x.resolved for x in own))
+
+
+def test_known_candidates_load_as_the_bundles_known_choice() -> None:
+    from monitor.schedule import Schedule
+    from training.calibrate.thresholds import pick_thresholds
+
+    recs = _records(60)
+    table = _table(recs)
+    th = pick_thresholds(
+        recs, schedule=Schedule(min_steps=2), targets=[0.1], margin=2.0, fallback="none"
+    )
+    section = known_candidates(recs, th, scorers=["monitor", "signals_lr", "tfidf_lr"],
+                               prior=table)  # fmt: skip
+    assert {PRIOR, MONITOR_PRIOR, "monitor", "stack"} <= set(section["thresholds"])
+    assert section["calibration_runs"] == len(recs)
+    choice = Choice.from_json({"thresholds": {}, "known_tasks": section}, None)
+    assert choice.known is not None
+    assert choice.task_prior is not None
+    assert set(choice.known.chosen) == set(AGENTS)
+    with pytest.raises(ValueError, match="no calibration run"):
+        known_candidates(recs, th, scorers=["monitor"], prior=_table(recs, min_runs=5))

@@ -1,0 +1,137 @@
+"""Known tasks on the training side: the verdict table a bundle serves, the task prior's scores
+on records, and the known-task choice of candidates.json (serving.task_prior has the design)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from monitor.types import Trajectory
+from serving.numeric import logit, sigmoid
+from serving.task_prior import MONITOR_PRIOR, PRIOR, TaskPrior
+from training.data.records import RunRecord
+
+
+def task_table(runs: Iterable[Trajectory], *, min_runs: int, weight: float = 1.0) -> TaskPrior:
+    """The verdict table of the labelled runs among `runs` (unlabelled ones are left out)."""
+    return TaskPrior.from_verdicts(
+        ((r.instance_id, r.agent, bool(r.resolved)) for r in runs if r.resolved is not None),
+        min_runs=min_runs,
+        weight=weight,
+    )
+
+
+def known_records(records: Sequence[RunRecord], table: TaskPrior) -> list[RunRecord]:
+    """The records of known tasks (by `table`, leave-agent-out) with two more scores per prefix:
+    PRIOR (the task prior) and MONITOR_PRIOR (TaskPrior.combine of the LM probe's score and it,
+    the numbers a live session gives); records of unknown tasks are left out."""
+    out = []
+    for r in records:
+        p = table.prior(r.instance_id, r.agent)
+        if p is None:
+            continue
+        if "monitor" not in r.scores:
+            raise ValueError(f"run {r.run_id} has no monitor scores")
+        m = np.asarray(r.scores["monitor"], dtype=np.float64)
+        both = sigmoid(logit(m) + table.weight * float(logit(np.asarray(p))))
+        prior = np.full(r.n_steps, p)
+        out.append(dataclasses.replace(r, scores={**r.scores, PRIOR: prior, MONITOR_PRIOR: both}))
+    return out
+
+
+def known_candidates(
+    calibration: Sequence[RunRecord], table: Any, *, scorers: Sequence[str], prior: TaskPrior
+) -> dict[str, Any]:
+    """candidates.json's "known_tasks": training.evaluate.shipped.shipped_candidates on the
+    calibration runs of known tasks, with PRIOR and MONITOR_PRIOR offered too, and the verdict
+    table ("prior"). Raises ValueError when no calibration run's task is known."""
+    from training.evaluate.shipped import shipped_candidates
+
+    known = known_records(calibration, prior)
+    if not known:
+        raise ValueError(
+            f"no calibration run's task has {prior.min_runs} or more runs by other agents"
+        )
+    out = shipped_candidates(known, table, scorers=[*scorers, PRIOR, MONITOR_PRIOR])
+    out["prior"] = prior.to_json()
+    out["why"] = (
+        f"known tasks ({prior.min_runs}+ runs by other agents in the verdict table): " + out["why"]
+    )
+    return out
+
+
+def with_verdicts(table: TaskPrior, records: Iterable[RunRecord]) -> TaskPrior:
+    """`table` with the verdicts of `records` added (the evaluated runs' tasks as a benchmark
+    user would know them: other agents' public results; a run's own agent never counts)."""
+    counts = {i: {a: list(c) for a, c in per.items()} for i, per in table.counts.items()}
+    for r in records:
+        c = counts.setdefault(r.instance_id, {}).setdefault(r.agent, [0, 0])
+        c[0] += 1
+        c[1] += int(not r.resolved)
+    return TaskPrior(counts, table.p0, table.min_runs, table.weight)
+
+
+def known_report(
+    records: Sequence[RunRecord],
+    calibration: Sequence[RunRecord],
+    thresholds: Any,
+    *,
+    target: float,
+    scorers: Sequence[str],
+    prior: TaskPrior,
+    served: dict[str, int | None],
+) -> dict[str, Any]:
+    """`failfast evaluate`'s "known_tasks": the evaluated runs served as a bundle with this
+    verdict table serves them when the evaluated tasks' other-agent verdicts are known too
+    (`with_verdicts`): known runs by the known-task choice, recalibrated on the known calibration
+    runs exactly as training made it, the others by `served` (the ordinary served choice's
+    stops). Per agent and overall: runs, known runs, and tokens saved, realized FPR and recall
+    without and with the known-task choice."""
+    from training.evaluate.intervals import Outcome
+    from training.evaluate.shipped import as_shipped
+
+    table = with_verdicts(prior, records)
+    test = known_records(records, table)
+    cal = known_records(calibration, prior)
+    out: dict[str, Any] = {
+        "min_runs": prior.min_runs,
+        "weight": prior.weight,
+        "verdicts": "the bundle's table plus the evaluated runs' own (other agents' only)",
+        "known_runs": len(test),
+        "known_calibration_runs": len(cal),
+    }
+    if not test or not cal:
+        out["note"] = "no known evaluated or calibration runs: every run is served as unknown"
+        return out
+    stops, info = as_shipped(
+        cal, test, thresholds, target=target, scorers=[*scorers, PRIOR, MONITOR_PRIOR]
+    )
+    if "selected" not in stops:
+        out["note"] = "no per-group choice (too few known calibration runs for the stack)"
+        return out
+    known_ids = {r.run_id for r in test}
+    both = {
+        r.run_id: stops["selected"].get(r.run_id) if r.run_id in known_ids else served.get(r.run_id)
+        for r in records
+    }
+    out["chosen"] = {g: c["scorer"] for g, c in info["selected"]["threshold"].items()}
+
+    def rates(rs: Sequence[RunRecord]) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "runs": len(rs),
+            "known_runs": sum(r.run_id in known_ids for r in rs),
+        }
+        for name, st in (("served", served), ("with_known_tasks", both)):
+            fpr, recall, saved = Outcome.of(rs, st).rates()
+            row[name] = {"tokens_saved": saved, "realized_fpr": fpr, "recall": recall}
+        return row
+
+    out["overall"] = rates(records)
+    by_agent: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by_agent.setdefault(r.agent, []).append(r)
+    out["per_agent"] = {a: rates(rs) for a, rs in sorted(by_agent.items())}
+    return out
