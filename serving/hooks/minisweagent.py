@@ -66,8 +66,9 @@ def monitored(agent_cls: type) -> type:
 
     The returned class takes the base class's arguments plus `monitor` (a monitor.session.Monitor),
     `agent_name` (the agent family for thresholds, default "mini-swe-agent"), `source` (the
-    threshold group when the bundle's thresholds are keyed by source) and `diff_command`
-    (run in the environment to capture the current diff on a stop; "" to skip).
+    threshold group when the bundle's thresholds are keyed by source), `instance_id` (the task's
+    id, e.g. the SWE-bench instance: a bundle that serves known tasks looks it up) and
+    `diff_command` (run in the environment to capture the current diff on a stop; "" to skip).
 
     Long: the subclass is built here, closing over the mini-swe-agent imports, which load only
     when the hook is used.
@@ -84,6 +85,7 @@ def monitored(agent_cls: type) -> type:
             monitor: Any,
             agent_name: str = "mini-swe-agent",
             source: str = "",
+            instance_id: str = "",
             diff_command: str = "git diff",
             **kwargs: Any,
         ) -> None:
@@ -91,6 +93,7 @@ def monitored(agent_cls: type) -> type:
             self.monitor = monitor
             self.agent_name = agent_name
             self.source = source
+            self.instance_id = instance_id
             self.diff_command = diff_command
             self.monitor_session: Any = None
             self.decisions: list[Decision] = []
@@ -98,7 +101,9 @@ def monitored(agent_cls: type) -> type:
 
         def run(self, task: str = "", **kwargs: Any) -> dict:
             self._task = task
-            self.monitor_session = self.monitor.start(task, self.agent_name, source=self.source)
+            self.monitor_session = self.monitor.start(
+                task, self.agent_name, source=self.source, instance_id=self.instance_id
+            )
             self.decisions = []
             try:
                 return super().run(task, **kwargs)

@@ -86,3 +86,25 @@ def test_known_candidates_load_as_the_bundles_known_choice() -> None:
     assert set(choice.known.chosen) == set(AGENTS)
     with pytest.raises(ValueError, match="no calibration run"):
         known_candidates(recs, th, scorers=["monitor"], prior=_table(recs, min_runs=5))
+
+
+def test_the_demo_prints_known_tasks_beside_the_served_choice() -> None:
+    from training.pipeline.demo import known_tasks_line
+
+    side = {"tokens_saved": 0.2, "realized_fpr": 0.03, "recall": 0.5}
+    res = {
+        "fpr05": {
+            "target_fpr": 0.05,
+            "known_tasks": {
+                "known_runs": 7,
+                "overall": {"runs": 9, "served": {**side, "tokens_saved": 0.1},
+                            "with_known_tasks": side},
+            },  # fmt: skip
+        },
+        "fpr10": {"target_fpr": 0.1, "known_tasks": {"known_runs": 0, "note": "none"}},
+    }
+    line = known_tasks_line(res)
+    assert "7 of 9 test runs known; 20.0% saved at 3.0% realized FPR" in line
+    assert "without the verdicts: 10.0% at 3.0%" in line
+    assert "0.1:" not in line
+    assert known_tasks_line({"fpr10": res["fpr10"]}) == ""

@@ -109,3 +109,25 @@ def test_below_min_runs_a_task_gets_the_corpus_rate():
     assert p["b1"] == pytest.approx((2 + p0) / 4)  # three other runs: a1, a2, c1
     assert p["a1"] == pytest.approx(p0)  # two: b1, c1
     assert p["c2"] == pytest.approx(p0)
+
+
+def test_known_only_keeps_the_runs_of_known_tasks_and_their_pairs(tmp_path, monkeypatch):
+    """--known-only --min-runs M: only runs with M or more other-agent runs stay, in the records,
+    the calibration records and each pair's test ids (what the bundle's known-task choice is
+    calibrated and served on)."""
+    from training.evaluate.views import PAIRS_JSON
+
+    a = tmp_path / "a"
+    save_records(a / "time" / "records.parquet", [_record("b1", [0.4]), _record("c2", [0.5])])
+    save_records(a / "time" / "calibration-0.parquet", [_record("a1", [0.3]), _record("c2", [0.2])])
+    (a / "time" / PAIRS_JSON).write_text(json.dumps([["b1", "c2"]]))
+    monkeypatch.setattr("monitor.corpus.load_corpus", lambda path: RUNS)
+    out = tmp_path / "c"
+    args = [str(a), "--corpus", "x", "--out", str(out), "--views", "time", "--known-only"]
+    assert main([*args, "--min-runs", "2"]) == 0
+    # b1 has three other-agent runs (a1, a2, c1), a1 two (b1, c1), c2 none (d1 is unlabelled)
+    assert [r.run_id for r in load_records(out / "time" / "records.parquet")] == ["b1"]
+    assert [r.run_id for r in load_records(out / "time" / "calibration-0.parquet")] == ["a1"]
+    assert json.loads((out / "time" / PAIRS_JSON).read_text()) == [["b1"]]
+    with pytest.raises(SystemExit):
+        main([*args, "--min-runs", "0"])

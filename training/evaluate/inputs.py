@@ -52,7 +52,8 @@ class EvalInputs:
     signals: dict[str, np.ndarray] | None = None
     budgets: dict[str, Any] | None = None
     candidates: dict[str, Any] | None = None
-    """A bundle's candidates.json (used when there are no calibration records)."""
+    """A bundle's candidates.json: the calibrated baselines use it when there are no calibration
+    records; its known-task choice is reported either way (training.evaluate.known_tasks)."""
 
     def evaluate(self, cfg: EvalConfig) -> dict[str, Any]:
         """The report (training.evaluate.report.evaluate) of these inputs under `cfg`."""
@@ -114,6 +115,9 @@ def train_dir_inputs(train_dir: str | Path, runs: Sequence[Any] | None) -> EvalI
         _read_thresholds(th_path),
         _validation(train_dir),
     )
+    cands = train_dir / "candidates.json"
+    if cands.is_file():  # its known-task choice is reported (training.evaluate.known_tasks)
+        inputs.candidates = json.loads(cands.read_text())
     if runs:
         labelled = [t for t in runs if t.resolved is not None and t.steps]
         inputs.signals, inputs.budgets = rule_inputs(
