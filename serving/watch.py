@@ -205,6 +205,7 @@ class TranscriptWatch:
             self.agent or traj.agent or None,
             run=run,
             source=self.source or traj.source,
+            instance_id=traj.instance_id,  # a known task is served by its own choice
         )
         self.seen = 0
         self.ended = False

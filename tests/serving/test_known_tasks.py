@@ -16,7 +16,7 @@ from monitor.types import Trajectory
 from serving.numeric import logit, sigmoid
 from serving.scorer import Scorer
 from serving.task_prior import TaskPrior
-from tests.bundle_helpers import make_run, serve, shared_bundle
+from tests.bundle_helpers import make_run, shared_bundle, start_server
 from tests.serving.test_choice import _bundle, _candidates, _table
 from training.experiments.task_prior import leave_agent_out_priors
 
@@ -144,8 +144,7 @@ def test_http_sessions_take_the_task_id(base: Path, tmp_path: Path) -> None:
     httpx = pytest.importorskip("httpx")
     bundle = _bundle(tmp_path, base, _known_candidates(Scorer.load(base), "monitor_prior"))
     want, _ = Scorer.load(bundle).score_served(RUN)
-    gen = serve(bundle, tmp_path / "server.log")
-    url = next(gen)
+    url, proc = start_server(["--bundle", str(bundle), "--threads", "1"], tmp_path / "log")
     try:
         body = {"task": RUN.task, "agent": RUN.agent, "instance_id": RUN.instance_id}
         r = httpx.post(f"{url}/v1/sessions", json=body)
@@ -164,4 +163,5 @@ def test_http_sessions_take_the_task_id(base: Path, tmp_path: Path) -> None:
         assert bad.status_code == 422
         assert "instance id" in bad.text
     finally:
-        gen.close()
+        proc.terminate()
+        proc.wait(timeout=10)

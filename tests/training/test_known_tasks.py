@@ -97,8 +97,11 @@ def test_the_demo_prints_known_tasks_beside_the_served_choice() -> None:
             "target_fpr": 0.05,
             "known_tasks": {
                 "known_runs": 7,
-                "overall": {"runs": 9, "served": {**side, "tokens_saved": 0.1},
-                            "with_known_tasks": side},
+                "overall": {
+                    "runs": 9,
+                    "served": {**side, "tokens_saved": 0.1},
+                    "with_known_tasks": side,
+                },
             },  # fmt: skip
         },
         "fpr10": {"target_fpr": 0.1, "known_tasks": {"known_runs": 0, "note": "none"}},

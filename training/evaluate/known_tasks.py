@@ -87,8 +87,8 @@ def known_report(
     """`failfast evaluate`'s "known_tasks": the evaluated runs served as a bundle with this
     verdict table serves them when the evaluated tasks' other-agent verdicts are known too
     (`with_verdicts`): known runs by the known-task choice, recalibrated on the known calibration
-    runs exactly as training made it, the others by `served` (the ordinary served choice's
-    stops). Per agent and overall: runs, known runs, and tokens saved, realized FPR and recall
+    runs by training's procedure (the choice made at `target` alone, as the report's
+    `calibrated: selected` is), the others by `served` (the ordinary served choice's stops). Per agent and overall: runs, known runs, and tokens saved, realized FPR and recall
     without and with the known-task choice."""
     from training.evaluate.intervals import Outcome
     from training.evaluate.shipped import as_shipped
