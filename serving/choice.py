@@ -146,7 +146,7 @@ class Choice:
         (offline evaluation from records); None: those this bundle's parameters can score.
         `prior`: the run's task prior (`prior_of`; None: an unknown task)."""
         if prior is not None and self.known is not None and group not in self.recalibrated:
-            th = self.known._known(group, target, scorable)
+            th = self.known.known_served(group, target, scorable)
             if th is not None:
                 return dataclasses.replace(th, task_prior=prior)
 
@@ -176,7 +176,7 @@ class Choice:
             )
         return dataclasses.replace(th, scorer=name, why=why)
 
-    def _known(
+    def known_served(
         self, group: str, target: float, scorable: Container[str] | None
     ) -> Thresholds | None:
         """The known-task choice's thresholds for `group` at `target` (self is `known`); None

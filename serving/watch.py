@@ -49,7 +49,13 @@ class Opener(Protocol):
     """Opens sessions: monitor.session.Monitor, or serving.remote.RemoteMonitor."""
 
     def start(
-        self, task: str = "", agent: str | None = None, *, run: str = "", source: str = ""
+        self,
+        task: str = "",
+        agent: str | None = None,
+        *,
+        run: str = "",
+        source: str = "",
+        instance_id: str = "",
     ) -> Any: ...
 
 

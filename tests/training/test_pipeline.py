@@ -273,6 +273,9 @@ def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
     scorer = Scorer.load(out / "bundle", threads=1)
     assert scorer.choice is not None
     assert scorer.choice.known is not None
+    card = (out / "bundle" / "README.md").read_text()
+    assert "## Known tasks" in card
+    assert f"verdict table ({len(table.counts)} tasks)" in card
     test_run = next(r for r in runs if r.instance_id in set(splits.test))
     assert scorer.served(test_run.agent, instance_id=test_run.instance_id).task_prior is None
     seen = next(r for r in runs if r.instance_id in set(splits.val))
@@ -291,3 +294,12 @@ def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
     for row in [kt["overall"], *kt["per_agent"].values()]:
         for side in ("served", "with_known_tasks"):
             assert 0.0 <= row[side]["tokens_saved"] <= 1.0
+    # new runs scored by the bundle alone (no calibration records): served as shipped
+    test = load_records(out / "records" / "test.parquet")
+    shipped = evaluate(test, th, candidates=cands)["known_tasks"]
+    assert shipped["from"].startswith("the bundle's candidates.json")
+    assert 0 <= shipped["known_runs"] <= len(test)
+    assert set(shipped["chosen"]) <= set(known["chosen"])
+    assert shipped["overall"]["runs"] == len(test)
+    if shipped["known_runs"] == 0:  # nothing known served: both sides are the served choice
+        assert shipped["overall"]["served"] == shipped["overall"]["with_known_tasks"]

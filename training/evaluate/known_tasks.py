@@ -90,7 +90,6 @@ def known_report(
     runs by training's procedure (the choice made at `target` alone, as the report's
     `calibrated: selected` is), the others by `served` (the ordinary served choice's stops). Per agent and overall: runs, known runs, and tokens saved, realized FPR and recall
     without and with the known-task choice."""
-    from training.evaluate.intervals import Outcome
     from training.evaluate.shipped import as_shipped
 
     table = with_verdicts(prior, records)
@@ -118,6 +117,75 @@ def known_report(
         for r in records
     }
     out["chosen"] = {g: c["scorer"] for g, c in info["selected"]["threshold"].items()}
+    return {**out, **_rates(records, served, both, known_ids)}
+
+
+def known_from_bundle(
+    records: Sequence[RunRecord],
+    candidates: dict[str, Any],
+    thresholds: Any,
+    *,
+    target: float,
+    served: dict[str, int | None],
+) -> dict[str, Any]:
+    """`known_report` without calibration records (new runs scored by a bundle, `failfast
+    evaluate --bundle B --data D --score-data`): each known run is served as the bundle serves it
+    (serving.choice: the known-task choice's candidate and thresholds as shipped, the ordinary
+    path where the known choice has none for its group), the others by `served`."""
+    from serving.choice import Choice
+    from training.evaluate.calibrated import add_length_scores, calibrated_stops
+    from training.evaluate.select import STACK
+    from training.model.stack import stack_model_from_json
+
+    choice = Choice.from_json(candidates, thresholds)
+    if choice.task_prior is None or choice.known is None:
+        raise ValueError("candidates.json has no known_tasks section")
+    table = with_verdicts(choice.task_prior, records)
+    test = known_records(records, table)
+    add_length_scores(test)
+    section = candidates["known_tasks"]
+    if "stack" in section:
+        model = stack_model_from_json(section["stack"])
+        test = [
+            dataclasses.replace(r, scores={**r.scores, STACK: model.scores(r)})
+            if all(b in r.scores for b in model.bases)
+            else r
+            for r in test
+        ]
+    stops = {n: st for n, (st, _) in calibrated_stops(test, choice.known.tables, target).items()}
+    out: dict[str, Any] = {
+        "min_runs": table.min_runs,
+        "weight": table.weight,
+        "verdicts": "the bundle's table plus the evaluated runs' own (other agents' only)",
+        "from": "the bundle's candidates.json (known_tasks), as shipped",
+        "known_runs": 0,
+    }
+    both = dict(served)
+    known_ids: set[str] = set()
+    chosen: dict[str, str] = {}
+    for r in test:
+        g = str(getattr(r, thresholds.group_by))
+        p = table.prior(r.instance_id, r.agent)
+        th = choice.served(g, target, thresholds.lookup(g, target), scorable=set(stops), prior=p)
+        if th.task_prior is None:  # the known choice has nothing for the group: as unknown
+            continue
+        both[r.run_id] = stops[th.scorer].get(r.run_id)
+        known_ids.add(r.run_id)
+        chosen[g] = th.scorer
+    out["known_runs"] = len(known_ids)
+    out["chosen"] = chosen
+    return {**out, **_rates(records, served, both, known_ids)}
+
+
+def _rates(
+    records: Sequence[RunRecord],
+    served: dict[str, int | None],
+    both: dict[str, int | None],
+    known_ids: set[str],
+) -> dict[str, Any]:
+    """Overall and per agent: runs, known runs, and tokens saved, realized FPR and recall
+    served without (`served`) and with (`both`) the known-task choice."""
+    from training.evaluate.intervals import Outcome
 
     def rates(rs: Sequence[RunRecord]) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -129,9 +197,10 @@ def known_report(
             row[name] = {"tokens_saved": saved, "realized_fpr": fpr, "recall": recall}
         return row
 
-    out["overall"] = rates(records)
     by_agent: dict[str, list[RunRecord]] = {}
     for r in records:
         by_agent.setdefault(r.agent, []).append(r)
-    out["per_agent"] = {a: rates(rs) for a, rs in sorted(by_agent.items())}
-    return out
+    return {
+        "overall": rates(records),
+        "per_agent": {a: rates(rs) for a, rs in sorted(by_agent.items())},
+    }

@@ -199,7 +199,7 @@ def evaluate(
         s: _section(rs, records, stops, info, used, cfg, key_by, cal_info)
         for s, rs in sorted(group_records(records, "source").items())
     }
-    if candidates and candidates.get("known_tasks") and calibration:
+    if candidates and candidates.get("known_tasks"):
         out["known_tasks"] = _known_tasks(records, calibration, thresholds, cfg, candidates, stops)
     out["views"] = dict(VIEWS)
     out["settings"] = {
@@ -219,19 +219,24 @@ def evaluate(
 
 def _known_tasks(
     records: Sequence[RunRecord],
-    calibration: Sequence[RunRecord],
+    calibration: Sequence[RunRecord] | None,
     thresholds: ThresholdTable,
     cfg: EvalConfig,
     candidates: dict[str, Any],
     stops: Mapping[str, Stops],
 ) -> dict[str, Any]:
-    """The report's "known_tasks" (training.evaluate.known_tasks.known_report), beside the
-    served choice's stops (the monitor's where the report has no served choice)."""
+    """The report's "known_tasks" beside the served choice's stops (the monitor's where the
+    report has none): recalibrated on the calibration runs of known tasks when there are some
+    (training.evaluate.known_tasks.known_report), else as the bundle ships it (known_from_bundle)."""
     from serving.task_prior import TaskPrior
-    from training.evaluate.known_tasks import known_report
+    from training.evaluate.known_tasks import known_from_bundle, known_report
 
-    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
     served = stops.get(f"{CALIBRATED}selected") or stops["monitor"]
+    if not calibration:
+        return known_from_bundle(
+            records, candidates, thresholds, target=cfg.target_fpr, served=dict(served)
+        )
+    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
     return known_report(
         records,
         calibration,

@@ -126,6 +126,23 @@ def _served_section(
                 f" (held-out tokens saved, mean over targets: {100 * saved:.1f}%)" if saved else ""
             )
         lines.append(f"- {md(g)}: {md(th.scorer)}{md(why)}")
+    if choice.known is not None and choice.task_prior is not None:
+        t = choice.task_prior
+        lines += [
+            "",
+            "## Known tasks (candidates.json, known_tasks)",
+            f"A run that names its task (instance_id), when {t.min_runs}+ runs of it by other "
+            f"agents are in the bundle's verdict table ({len(t.counts)} tasks), is served by a "
+            "choice calibrated on such runs only; other runs as above "
+            '(docs/BUNDLE.md, "Known tasks"):',
+        ]
+        for g in sorted(choice.known.chosen):
+            if g in choice.recalibrated:
+                lines.append(f"- {md(g)}: served as above (re-calibrated)")
+                continue
+            kth = choice.known.known_served(g, target, None)
+            name = kth.scorer if kth is not None else "as above (no known-task threshold)"
+            lines.append(f"- {md(g)}: {md(name)}")
     return lines
 
 
