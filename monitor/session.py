@@ -23,6 +23,7 @@ to the Monitor's feedback (monitor.feedback: realized FPR per agent and the drif
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections import deque
@@ -51,6 +52,15 @@ _WARN_REASON = {
     "max_repeat": "repeat_loop",
     "no_new_info": "no_progress",
 }
+
+
+def takes_keyword(fn: Any, name: str) -> bool:
+    """Whether callable `fn` accepts keyword argument `name` (by name or **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class Monitor:
@@ -97,9 +107,13 @@ class Monitor:
         which a bundle with a verdict table of known tasks looks up, serving.task_prior)."""
         score_session = None
         if self.scorer is not None:
-            # only a scorer that knows tasks is asked about one (the protocol's older form
-            # has no instance_id)
-            known = {"instance_id": instance_id} if instance_id else {}
+            # only a scorer that knows tasks is asked about one: StepScorer.start has no
+            # instance_id, and a scorer without it must keep scoring (not fail to start)
+            known = (
+                {"instance_id": instance_id}
+                if instance_id and takes_keyword(self.scorer.start, "instance_id")
+                else {}
+            )
             try:
                 score_session = self.scorer.start(task, agent, source=source, **known)
             except Exception:

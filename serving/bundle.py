@@ -147,6 +147,8 @@ class Bundle:
             return None
         choice = Choice.load(p, self.thresholds)
         choice.text_probe = bool(self.manifest.classifier.get("text_probe"))
+        if choice.known is not None:  # the known-task choice scores with the same graphs
+            choice.known.text_probe = choice.text_probe
         return choice
 
     def text_head(self) -> Any:

@@ -97,12 +97,14 @@ class Choice:
             out.known = known
         return out
 
-    def prior_of(self, instance_id: str | None, agent: str) -> float | None:
-        """The task prior of a run of `agent` on `instance_id` (None: no table, or the task is
-        unknown to it; serving.task_prior)."""
+    def prior_of(self, instance_id: str | None, agent: str | None, group: str = "") -> float | None:
+        """The task prior of a run of `agent` (threshold group `group`) on `instance_id` (None:
+        no table, the task is unknown to it, or the run's agent family is unknown;
+        serving.task_prior)."""
         if self.task_prior is None:
             return None
-        return self.task_prior.prior(instance_id, agent)
+        t = self.task_prior
+        return t.prior(instance_id, t.family(agent, group))
 
     @classmethod
     def load(cls, path: Path, monitor_table: ThresholdTable | None) -> Choice:
@@ -180,9 +182,11 @@ class Choice:
         self, group: str, target: float, scorable: Container[str] | None
     ) -> Thresholds | None:
         """The known-task choice's thresholds for `group` at `target` (self is `known`); None
-        where it has none (the caller serves the run as an unknown task)."""
+        where it has none, or where the known choice did not save more on held-out calibration
+        runs than the ordinary one (`as_unknown`, training.evaluate.known_tasks.known_wins): the
+        caller serves the run as an unknown task."""
         entry = self.chosen.get(group)
-        if entry is None:
+        if entry is None or target_key(target) in (entry.get("as_unknown") or ()):
             return None
         by_target = entry.get("by_target") or {}
         name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)

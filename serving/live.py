@@ -47,9 +47,9 @@ class KVScoreSession:
         self.warn_threshold = th.warn
         self.threshold_origin = th.origin
         self.scorer_name = th.scorer
+        """The candidate this run is scored with ("monitor": the LM probe; serving.choice)."""
         self.task_prior = th.task_prior
         """The task prior the run is scored with (None: served as an unknown task)."""
-        """The candidate this run is scored with ("monitor": the LM probe; serving.choice)."""
         self.k = 0
         self.tokens_encoded = 0
         self.restarts = 0

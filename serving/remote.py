@@ -92,7 +92,7 @@ class RemoteMonitor:
         instance_id: str = "",
     ) -> RemoteSession | NoSession:
         body = {"task": task, "agent": agent, "run": run, "source": source}
-        if instance_id:  # a server without known tasks would refuse the field (422)
+        if instance_id:  # sent only when named (a server before known tasks ignores it)
             body["instance_id"] = instance_id
         try:
             out = _call(f"{self.url}/v1/sessions", "POST", body, self.timeout)

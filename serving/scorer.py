@@ -184,8 +184,9 @@ class Scorer:
         th = self.thresholds(agent, source)
         if self.choice is None or self.bundle.thresholds is None:
             return th
-        prior = self.choice.prior_of(instance_id, agent or "")
-        return self.choice.served(self.bundle.group_of(agent, source), self.target, th, prior=prior)
+        group = self.bundle.group_of(agent, source)
+        prior = self.choice.prior_of(instance_id, agent, group)
+        return self.choice.served(group, self.target, th, prior=prior)
 
     def score_served(
         self, traj: Trajectory, *, cancelled: Callable[[], bool] | None = None

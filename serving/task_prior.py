@@ -43,12 +43,15 @@ class TaskPrior:
             an unknown task, which it never scores).
         min_runs: fewer other-agent runs than this: the task is unknown.
         weight: the prior's logit weight in `monitor_prior`.
+        families: threshold group -> the agent family its runs have in `counts` (a run whose
+            harness names its group, or no agent, is still kept out of its own prior).
     """
 
     counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     p0: float = 0.5
     min_runs: int = 4
     weight: float = 1.0
+    families: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.p0 < 1.0:
@@ -58,7 +61,12 @@ class TaskPrior:
 
     @classmethod
     def from_verdicts(
-        cls, verdicts: Iterable[tuple[str, str, bool]], *, min_runs: int = 4, weight: float = 1.0
+        cls,
+        verdicts: Iterable[tuple[str, str, bool]],
+        *,
+        min_runs: int = 4,
+        weight: float = 1.0,
+        families: dict[str, str] | None = None,
     ) -> TaskPrior:
         """The table of (instance id, agent, resolved) verdicts.
 
@@ -78,7 +86,7 @@ class TaskPrior:
                 f"a task prior needs resolved and unresolved verdicts ({n} runs, {fails} "
                 "unresolved)"
             )
-        return cls(counts=counts, p0=fails / n, min_runs=min_runs, weight=weight)
+        return cls(counts, fails / n, min_runs, weight, dict(families or {}))
 
     def others(self, instance_id: str, agent: str) -> tuple[int, int]:
         """(runs, unresolved runs) of `instance_id` by agents other than `agent`."""
@@ -87,10 +95,16 @@ class TaskPrior:
         fails = sum(c[1] for a, c in per.items() if a != agent)
         return runs, fails
 
+    def family(self, agent: str | None, group: str = "") -> str:
+        """The agent family whose verdicts a run must not see: its group's family where the
+        table knows the group, else `agent` ("" when neither)."""
+        return self.families.get(group) or (agent or "")
+
     def prior(self, instance_id: str | None, agent: str) -> float | None:
-        """P(unresolved) of a run of `agent` on `instance_id` from other agents' verdicts; None
-        when the task is unknown (no id, or fewer than `min_runs` other-agent runs)."""
-        if not instance_id:
+        """P(unresolved) of a run of `agent` (a family, `family`) on `instance_id` from other
+        agents' verdicts; None when the task is unknown (no id, or fewer than `min_runs`
+        other-agent runs) or the agent is not named (its own verdicts could not be left out)."""
+        if not instance_id or not agent:
             return None
         runs, fails = self.others(instance_id, agent)
         if runs < self.min_runs:
@@ -108,6 +122,7 @@ class TaskPrior:
             "min_runs": self.min_runs,
             "weight": self.weight,
             "counts": self.counts,
+            "families": self.families,
         }
 
     @classmethod
@@ -119,4 +134,5 @@ class TaskPrior:
             str(i): {str(a): [int(c[0]), int(c[1])] for a, c in per.items()}
             for i, per in dict(d["counts"]).items()
         }
-        return cls(counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)))
+        families = {str(g): str(a) for g, a in dict(d.get("families") or {}).items()}
+        return cls(counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)), families)

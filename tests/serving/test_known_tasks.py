@@ -165,3 +165,47 @@ def test_http_sessions_take_the_task_id(base: Path, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_target_the_gate_sends_to_the_ordinary_choice_is_served_as_unknown(
+    base: Path, tmp_path: Path
+) -> None:
+    cands = _known_candidates(Scorer.load(base), "monitor_prior")
+    cands["known_tasks"]["chosen"]["mini-swe-agent"]["as_unknown"] = ["0.05"]
+    scorer = Scorer.load(_bundle(tmp_path, base, cands))
+    th = scorer.served(RUN.agent, instance_id=RUN.instance_id)
+    assert (th.scorer, th.task_prior) == ("signals_lr", None)
+    assert scorer.choice is not None
+    assert scorer.choice.known is not None
+    assert scorer.choice.known.text_probe == scorer.choice.text_probe
+
+
+def test_a_run_is_kept_out_of_its_own_prior_when_its_agent_is_named_by_group_or_not_at_all() -> (
+    None
+):
+    from serving.choice import Choice
+
+    t = TaskPrior.from_verdicts(
+        [*OTHERS, *OWN, *P0_RUNS], min_runs=4, families={"mini-gemini": "mini-swe-agent"}
+    )
+    choice = Choice(chosen={}, tables={}, task_prior=t)
+    own_left_out = t.prior("inst-3", "mini-swe-agent")
+    assert choice.prior_of("inst-3", "mini-swe-agent") == own_left_out
+    assert choice.prior_of("inst-3", "mini-gemini", "mini-gemini") == own_left_out
+    assert choice.prior_of("inst-3", None, "mini-gemini") == own_left_out
+    assert choice.prior_of("inst-3", None) is None  # no family: its own runs could count
+    assert choice.prior_of("inst-3", "") is None
+    assert TaskPrior.from_json(json.loads(json.dumps(t.to_json()))).families == t.families
+
+
+def test_a_scorer_without_instance_id_still_scores_a_run_that_names_its_task() -> None:
+    from monitor.policy import PolicyConfig
+    from monitor.scripted import ScriptedScorer
+    from monitor.session import Monitor, takes_keyword
+
+    scorer = ScriptedScorer([0.99], threshold=0.5)
+    assert not takes_keyword(scorer.start, "instance_id")
+    assert takes_keyword(Scorer.start, "instance_id")
+    session = Monitor(PolicyConfig(), scorer=scorer).start(RUN.task, RUN.agent, instance_id="x")
+    assert session.scorer is not None
+    assert session.observe(RUN.steps[0]).score == pytest.approx(0.99)

@@ -84,6 +84,11 @@ def test_known_candidates_load_as_the_bundles_known_choice() -> None:
     assert choice.known is not None
     assert choice.task_prior is not None
     assert set(choice.known.chosen) == set(AGENTS)
+    assert all(e["as_unknown"] == [] or e["held_out_by_target"] for e in section["chosen"].values())
+    best = {"held_out_by_target": {"0.1": 1.0}}  # an ordinary choice nothing beats
+    gated = known_candidates(recs, th, scorers=["monitor", "signals_lr", "tfidf_lr"],
+                             prior=table, ordinary={"chosen": {a: best for a in AGENTS}})  # fmt: skip
+    assert all(e["as_unknown"] == ["0.1"] for e in gated["chosen"].values())
     with pytest.raises(ValueError, match="no calibration run"):
         known_candidates(recs, th, scorers=["monitor"], prior=_table(recs, min_runs=5))
 
@@ -97,6 +102,7 @@ def test_the_demo_prints_known_tasks_beside_the_served_choice() -> None:
             "target_fpr": 0.05,
             "known_tasks": {
                 "known_runs": 7,
+                "known_runs_served": 6,
                 "overall": {
                     "runs": 9,
                     "served": {**side, "tokens_saved": 0.1},
@@ -107,7 +113,20 @@ def test_the_demo_prints_known_tasks_beside_the_served_choice() -> None:
         "fpr10": {"target_fpr": 0.1, "known_tasks": {"known_runs": 0, "note": "none"}},
     }
     line = known_tasks_line(res)
-    assert "7 of 9 test runs known; 20.0% saved at 3.0% realized FPR" in line
+    assert "7 of 9 test runs known, 6 served by the known-task choice; 20.0% saved at 3.0%" in line
     assert "without the verdicts: 10.0% at 3.0%" in line
     assert "0.1:" not in line
     assert known_tasks_line({"fpr10": res["fpr10"]}) == ""
+
+
+def test_the_gate_serves_a_known_choice_only_where_it_saved_more_held_out() -> None:
+    from training.evaluate.known_tasks import known_wins
+
+    known = {"held_out_by_target": {"0.05": 0.20, "0.1": 0.10, "0.25": None}}
+    ordinary = {"held_out_by_target": {"0.05": 0.15, "0.1": 0.10}}
+    assert known_wins(known, ordinary, "0.05")
+    assert not known_wins(known, ordinary, "0.1")  # a tie keeps the ordinary choice
+    assert not known_wins(known, ordinary, "0.25")  # no known figure
+    assert known_wins(known, None, "0.05")  # a group the ordinary choice does not hold
+    assert known_wins(known, {"held_out_by_target": {}}, "0.05")
+    assert not known_wins(None, ordinary, "0.05")

@@ -291,6 +291,9 @@ def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
     )
     kt = report["known_tasks"]
     assert kt["known_runs"] == len(load_records(out / "records" / "test.parquet"))
+    assert 0 <= kt["known_runs_served"] <= kt["known_runs"]
+    for entry in known["chosen"].values():  # the gate's record: targets served as unknown
+        assert set(entry["as_unknown"]) <= {f"{t:g}" for t in th.targets}
     for row in [kt["overall"], *kt["per_agent"].values()]:
         for side in ("served", "with_known_tasks"):
             assert 0.0 <= row[side]["tokens_saved"] <= 1.0
@@ -298,8 +301,9 @@ def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
     test = load_records(out / "records" / "test.parquet")
     shipped = evaluate(test, th, candidates=cands)["known_tasks"]
     assert shipped["from"].startswith("the bundle's candidates.json")
-    assert 0 <= shipped["known_runs"] <= len(test)
+    assert shipped["known_runs"] == len(test)
+    assert 0 <= shipped["known_runs_served"] <= len(test)
     assert set(shipped["chosen"]) <= set(known["chosen"])
     assert shipped["overall"]["runs"] == len(test)
-    if shipped["known_runs"] == 0:  # nothing known served: both sides are the served choice
+    if shipped["known_runs_served"] == 0:  # nothing known served: both sides are the served choice
         assert shipped["overall"]["served"] == shipped["overall"]["with_known_tasks"]

@@ -190,8 +190,11 @@ def candidate_stops(
         choice = select_per_group(
             cal, candidates, tcfg, schedule, targets=targets, seed=seed + 1, repeats=choice_repeats
         )
-        choices.append({g: {k: c[k] for k in ("chosen", "chosen_by_target", "mean_saved")}
-                        for g, c in choice.items()})  # fmt: skip
+        choices.append(
+            {g: {k: c.get(k) for k in ("chosen", "chosen_by_target", "mean_saved",
+                                         "held_out_by_target")}
+             for g, c in choice.items()}
+        )  # fmt: skip
         for t in targets:
             per = calibrated_stops(test, tables, t)
             for name, (st, used) in per.items():

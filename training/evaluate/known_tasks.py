@@ -4,7 +4,7 @@ on records, and the known-task choice of candidates.json (serving.task_prior has
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,12 +15,17 @@ from serving.task_prior import MONITOR_PRIOR, PRIOR, TaskPrior
 from training.data.records import RunRecord
 
 
-def task_table(runs: Iterable[Trajectory], *, min_runs: int, weight: float = 1.0) -> TaskPrior:
-    """The verdict table of the labelled runs among `runs` (unlabelled ones are left out)."""
+def task_table(
+    runs: Iterable[Trajectory], *, min_runs: int, weight: float = 1.0, group_by: str = "agent"
+) -> TaskPrior:
+    """The verdict table of the labelled runs among `runs` (unlabelled ones are left out), with
+    each threshold group's agent family (`group_by`: "agent" or "source")."""
+    labelled = [r for r in runs if r.resolved is not None]
     return TaskPrior.from_verdicts(
-        ((r.instance_id, r.agent, bool(r.resolved)) for r in runs if r.resolved is not None),
+        ((r.instance_id, r.agent, bool(r.resolved)) for r in labelled),
         min_runs=min_runs,
         weight=weight,
+        families={str(getattr(r, group_by)): r.agent for r in labelled},
     )
 
 
@@ -43,11 +48,19 @@ def known_records(records: Sequence[RunRecord], table: TaskPrior) -> list[RunRec
 
 
 def known_candidates(
-    calibration: Sequence[RunRecord], table: Any, *, scorers: Sequence[str], prior: TaskPrior
+    calibration: Sequence[RunRecord],
+    table: Any,
+    *,
+    scorers: Sequence[str],
+    prior: TaskPrior,
+    ordinary: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """candidates.json's "known_tasks": training.evaluate.shipped.shipped_candidates on the
     calibration runs of known tasks, with PRIOR and MONITOR_PRIOR offered too, and the verdict
-    table ("prior"). Raises ValueError when no calibration run's task is known."""
+    table ("prior"). `ordinary`: the top level of candidates.json; per group, the targets where
+    the known choice did not save more held out than the ordinary one (`known_wins`) are listed
+    under `as_unknown` and served as an unknown task's. Raises ValueError when no calibration
+    run's task is known."""
     from training.evaluate.shipped import shipped_candidates
 
     known = known_records(calibration, prior)
@@ -56,6 +69,10 @@ def known_candidates(
             f"no calibration run's task has {prior.min_runs} or more runs by other agents"
         )
     out = shipped_candidates(known, table, scorers=[*scorers, PRIOR, MONITOR_PRIOR])
+    ordinary = (ordinary or {}).get("chosen") or {}
+    for g, entry in out["chosen"].items():  # the gate: see known_wins
+        keys = [f"{float(t):g}" for t in table.targets]
+        entry["as_unknown"] = [k for k in keys if not known_wins(entry, ordinary.get(g), k)]
     out["prior"] = prior.to_json()
     out["why"] = (
         f"known tasks ({prior.min_runs}+ runs by other agents in the verdict table): " + out["why"]
@@ -71,7 +88,7 @@ def with_verdicts(table: TaskPrior, records: Iterable[RunRecord]) -> TaskPrior:
         c = counts.setdefault(r.instance_id, {}).setdefault(r.agent, [0, 0])
         c[0] += 1
         c[1] += int(not r.resolved)
-    return TaskPrior(counts, table.p0, table.min_runs, table.weight)
+    return TaskPrior(counts, table.p0, table.min_runs, table.weight, table.families)
 
 
 def known_report(
@@ -83,6 +100,7 @@ def known_report(
     scorers: Sequence[str],
     prior: TaskPrior,
     served: dict[str, int | None],
+    ordinary: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`failfast evaluate`'s "known_tasks": the evaluated runs served as a bundle with this
     verdict table serves them when the evaluated tasks' other-agent verdicts are known too
@@ -111,12 +129,24 @@ def known_report(
     if "selected" not in stops:
         out["note"] = "no per-group choice (too few known calibration runs for the stack)"
         return out
-    known_ids = {r.run_id for r in test}
+    # as the bundle serves it: a group the known choice refuses at the target, or whose known
+    # choice did not save more held out than its ordinary one (`ordinary`: the report's own
+    # per-group choice, known_wins), is served as an unknown task's
+    used = info["selected"]["threshold"]
+    key = f"{target:g}"
+    choice = info["selected"].get("choice") or {}
+
+    def known_path(g: str) -> bool:
+        th = (used.get(g) or {}).get("threshold")
+        return th is not None and known_wins(choice.get(g), (ordinary or {}).get(g), key)
+
+    known_ids = {r.run_id for r in test if known_path(str(getattr(r, thresholds.group_by)))}
     both = {
         r.run_id: stops["selected"].get(r.run_id) if r.run_id in known_ids else served.get(r.run_id)
         for r in records
     }
-    out["chosen"] = {g: c["scorer"] for g, c in info["selected"]["threshold"].items()}
+    out["known_runs_served"] = len(known_ids)
+    out["chosen"] = {g: c["scorer"] for g, c in used.items() if known_path(g)}
     return {**out, **_rates(records, served, both, known_ids)}
 
 
@@ -158,7 +188,7 @@ def known_from_bundle(
         "weight": table.weight,
         "verdicts": "the bundle's table plus the evaluated runs' own (other agents' only)",
         "from": "the bundle's candidates.json (known_tasks), as shipped",
-        "known_runs": 0,
+        "known_runs": len(test),
     }
     both = dict(served)
     known_ids: set[str] = set()
@@ -172,7 +202,7 @@ def known_from_bundle(
         both[r.run_id] = stops[th.scorer].get(r.run_id)
         known_ids.add(r.run_id)
         chosen[g] = th.scorer
-    out["known_runs"] = len(known_ids)
+    out["known_runs_served"] = len(known_ids)
     out["chosen"] = chosen
     return {**out, **_rates(records, served, both, known_ids)}
 
@@ -183,14 +213,14 @@ def _rates(
     both: dict[str, int | None],
     known_ids: set[str],
 ) -> dict[str, Any]:
-    """Overall and per agent: runs, known runs, and tokens saved, realized FPR and recall
+    """Overall and per agent: runs, runs served by the known choice, and tokens saved, realized FPR and recall
     served without (`served`) and with (`both`) the known-task choice."""
     from training.evaluate.intervals import Outcome
 
     def rates(rs: Sequence[RunRecord]) -> dict[str, Any]:
         row: dict[str, Any] = {
             "runs": len(rs),
-            "known_runs": sum(r.run_id in known_ids for r in rs),
+            "known_runs_served": sum(r.run_id in known_ids for r in rs),
         }
         for name, st in (("served", served), ("with_known_tasks", both)):
             fpr, recall, saved = Outcome.of(rs, st).rates()
@@ -204,3 +234,18 @@ def _rates(
         "overall": rates(records),
         "per_agent": {a: rates(rs) for a, rs in sorted(by_agent.items())},
     }
+
+
+def known_wins(
+    known: Mapping[str, Any] | None, ordinary: Mapping[str, Any] | None, key: str
+) -> bool:
+    """Whether a group's known-task choice serves target `key` (e.g. "0.05"): its choice saved
+    more on held-out known calibration runs than the group's ordinary choice saved on its
+    held-out calibration runs (both `held_out_by_target` of training.evaluate.select); a group
+    the ordinary choice does not hold, or holds no figure for, is served by the known choice
+    where it has one. Measured in docs/RESULTS.md, twenty-fifth round (the gate)."""
+    k = ((known or {}).get("held_out_by_target") or {}).get(key)
+    if k is None:
+        return False
+    o = ((ordinary or {}).get("held_out_by_target") or {}).get(key)
+    return o is None or float(k) > float(o)

@@ -200,7 +200,9 @@ def evaluate(
         for s, rs in sorted(group_records(records, "source").items())
     }
     if candidates and candidates.get("known_tasks"):
-        out["known_tasks"] = _known_tasks(records, calibration, thresholds, cfg, candidates, stops)
+        out["known_tasks"] = _known_tasks(
+            records, calibration, thresholds, cfg, candidates, stops, cal_info
+        )
     out["views"] = dict(VIEWS)
     out["settings"] = {
         "confidence": cfg.confidence,
@@ -224,6 +226,7 @@ def _known_tasks(
     cfg: EvalConfig,
     candidates: dict[str, Any],
     stops: Mapping[str, Stops],
+    cal_info: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The report's "known_tasks" beside the served choice's stops (the monitor's where the
     report has none): recalibrated on the calibration runs of known tasks when there are some
@@ -245,6 +248,7 @@ def _known_tasks(
         scorers=[cfg.scorer, *second, *cfg.score_baselines],
         prior=TaskPrior.from_json(candidates["known_tasks"]["prior"]),
         served=dict(served),
+        ordinary=(cal_info.get("selected") or {}).get("choice") or {},
     )
 
 

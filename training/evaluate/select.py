@@ -164,6 +164,11 @@ def select_per_group(
         out[g] = {
             "chosen": chosen,
             "chosen_by_target": by_target,
+            # what each target's choice saved on the held-out calibration runs (None: no choice)
+            "held_out_by_target": {
+                k: (saved(c, k) if c is not None and k in inner[g][c] else None)
+                for k, c in by_target.items()
+            },
             "no_evidence": no_evidence,
             "inner": inner[g],
             "mean_saved": mean_saved,

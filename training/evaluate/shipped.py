@@ -91,7 +91,11 @@ def as_shipped(
             "refused_groups": refused_groups(used_sel),
             "calibration_runs": len(both),
             "choice": {
-                g: {"chosen": c["chosen"], "inner_saved": c["mean_saved"]}
+                g: {
+                    "chosen": c["chosen"],
+                    "inner_saved": c["mean_saved"],
+                    "held_out_by_target": c.get("held_out_by_target", {}),
+                }
                 for g, c in choice.items()
             },  # fmt: skip
         }
@@ -148,6 +152,7 @@ def shipped_candidates(
             "by_target": c.get("chosen_by_target", {}),
             "no_evidence": c.get("no_evidence", []),
             "held_out_saved": c["mean_saved"],
+            "held_out_by_target": c.get("held_out_by_target", {}),
         }
         for g, c in choice.items()
     }

@@ -42,7 +42,9 @@ from training.experiments.paired_markdown import markdown
 
 LIVE_POINTS = (5, 10)
 MONITOR = "monitor"
-SERVED = "selected"
+SERVED = "selected_per_target"
+"""The choice a bundle serves (candidates.json `by_target`: made for each target alone). Before
+the twenty-fifth round the per-agent tables used "selected" (one choice over all targets)."""
 # The simple rules a served choice must beat per agent (the LM probe and the stack are not
 # baselines: they are what the choice is made from).
 BASELINES = (*LENGTH_SCORERS, "signals_lr", "tfidf_lr")
@@ -104,13 +106,29 @@ def compare_view(
     """B minus A on one view (module docstring) as a JSON-able dict; `extra`: more candidates
     of the per-group choice, on each side whose records carry them (candidate_stops)."""
     from training.data.records import load_records
-    from training.evaluate.intervals import Outcome, by_group, resample_weights
 
     ids_a = {r.run_id for r in load_records(a / view / "records.parquet")}
     ids_b = {r.run_id for r in load_records(b / view / "records.parquet")}
     keep = ids_a & ids_b
     sa = _served(cfg, a / view, view, folds, keep, extra)
     sb = _served(cfg, b / view, view, folds, keep, extra)
+    out = compare_served(cfg, view, sa, sb, draws=draws, live_scores=live_scores)
+    return {**out, "only_a": len(ids_a - keep), "only_b": len(ids_b - keep)}
+
+
+def compare_served(
+    cfg: Any,
+    view: str,
+    sa: Any,
+    sb: Any,
+    *,
+    draws: int,
+    live_scores: tuple[str, str] = (MONITOR, MONITOR),
+) -> dict:
+    """B minus A (module docstring) from each side's training.evaluate.candidates.Served on the
+    same test runs (`compare_view` builds them from two cross-fit folders)."""
+    from training.evaluate.intervals import Outcome, by_group, resample_weights
+
     rec_b = {r.run_id: r for r in sb.records}
     names = [n for n in sa.stops if n in sb.stops]
     targets = sorted(sa.stops[names[0]])
@@ -143,9 +161,7 @@ def compare_view(
         _add_live(live, ra, rb, y, w, live_scores)
     return {
         "view": view,
-        "runs": len(keep),
-        "only_a": len(ids_a - keep),
-        "only_b": len(ids_b - keep),
+        "runs": len(sa.records),
         "saved": {t: {n: _summary(c) for n, c in per.items()} for t, per in saved.items()},
         "live_auroc": {f"step:{k}": _summary(c) for k, c in live.items() if c["a"]},
         "live_scores": {"a": live_scores[0], "b": live_scores[1]},

@@ -200,7 +200,8 @@ def known_tasks_line(results: dict[str, Any]) -> str:
         a, b = k["overall"]["served"], k["overall"]["with_known_tasks"]
         lines.append(
             f"  target {res['target_fpr']:g}: {k['known_runs']} of {k['overall']['runs']} test runs "
-            f"known; {pct(b['tokens_saved'])}% saved at {pct(b['realized_fpr'])}% realized FPR "
+            f"known, {k.get('known_runs_served', 0)} served by the known-task choice; "
+            f"{pct(b['tokens_saved'])}% saved at {pct(b['realized_fpr'])}% realized FPR "
             f"(served without the verdicts: {pct(a['tokens_saved'])}% at "
             f"{pct(a['realized_fpr'])}%)"
         )

@@ -175,10 +175,15 @@ def _write_candidates(
         from training.evaluate.known_tasks import known_candidates, task_table
 
         tc = cfg.train
-        prior = task_table(known, min_runs=tc.task_prior_min_runs, weight=tc.task_prior_weight)
+        prior = task_table(
+            known,
+            min_runs=tc.task_prior_min_runs,
+            weight=tc.task_prior_weight,
+            group_by=cfg.thresholds.group_by,
+        )
         try:
             cands["known_tasks"] = known_candidates(
-                calibration, table, scorers=scorers, prior=prior
+                calibration, table, scorers=scorers, prior=prior, ordinary=cands
             )
         except ValueError as e:  # the bundle serves every task as unknown, and says why
             log.warning("no known-task choice: %s", e)

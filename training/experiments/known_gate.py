@@ -1,0 +1,113 @@
+"""Known tasks served with a per-group gate, cross-fitted (issue 26, twenty-fifth round).
+
+    python -m training.experiments.known_gate A B --config configs/quick.yaml \\
+        --views instance repo time [--draws 500]
+
+A: the shipped cross-fit; B: `training.experiments.task_prior A --known-only --min-runs 4` (the
+runs of known tasks, with the prior's candidates). On B's runs, each run is served as a bundle
+with a known-task choice serves it: by B's choice (calibrated on known runs) for its group and
+target where `training.evaluate.known_tasks.known_wins` says so (that choice saved more on its
+held-out calibration runs than A's choice for the group saved on its own), else by A's choice
+(the ordinary path, calibrated on all runs). Both choices come from pairs that hold the run's task
+out. Compared with A run by run (training.experiments.paired.compare_served): writes
+A/paired-<B>-gated.json and .md and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from monitor.atomic import atomic_write_text
+from training.evaluate.candidates import SELECTED_PER_TARGET, Served
+from training.evaluate.known_tasks import known_wins
+
+PRIOR_EXTRA = ("prior", "monitor_prior")
+
+
+def served_with_pairs(
+    cfg: Any, folder: Path, view: str, folds: int, keep: set[str]
+) -> tuple[Served, dict[str, int]]:
+    """candidate_stops on a view's pairs (test runs matched to `keep`) and run id -> its pair."""
+    from training.data.records import load_records
+    from training.evaluate.candidates import candidate_stops
+    from training.experiments.paired import _view_pairs
+
+    records = load_records(folder / "records.parquet")
+    pairs = _view_pairs(folder, view, records, folds, cfg.data.split_seed)
+    pairs = [(cal, [r for r in test if r.run_id in keep]) for cal, test in pairs]
+    served = candidate_stops(
+        pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed, extra=PRIOR_EXTRA
+    )
+    where = {r.run_id: f for f, (_, test) in enumerate(pairs) for r in test}
+    return served, where
+
+
+def gated(
+    sa: Served, wa: dict[str, int], sb: Served, wb: dict[str, int], group_by: str
+) -> tuple[Served, dict[str, dict[str, int]]]:
+    """B's Served with its served choice (SELECTED_PER_TARGET) replaced by the gated one, and
+    per target how many runs each path served."""
+    stops = {t: dict(st) for t, st in sa.stops[SELECTED_PER_TARGET].items()}
+    counts: dict[str, dict[str, int]] = {}
+    for r in sb.records:
+        g = str(getattr(r, group_by))
+        ca = sa.choices[wa[r.run_id]].get(g)
+        cb = sb.choices[wb[r.run_id]].get(g)
+        for t in stops:
+            key = f"{t:g}"
+            known = known_wins(cb, ca, key)
+            if known:
+                stops[t][r.run_id] = sb.stops[SELECTED_PER_TARGET][t][r.run_id]
+            c = counts.setdefault(key, {"known": 0, "ordinary": 0})
+            c["known" if known else "ordinary"] += 1
+    out = dataclasses.replace(sb, stops={**sb.stops, SELECTED_PER_TARGET: stops})
+    return out, counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from training.config import load_pipeline_config
+    from training.data.records import load_records
+    from training.experiments.paired import compare_served
+    from training.experiments.paired_markdown import markdown
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a", type=Path, help="the shipped crossfit folder")
+    p.add_argument("b", type=Path, help="task_prior --known-only output")
+    p.add_argument("--config", required=True)
+    p.add_argument("-o", "--override", action="append", default=[])
+    p.add_argument("--views", nargs="+", default=["instance"])
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--draws", type=int, default=500)
+    args = p.parse_args(argv)
+    cfg = load_pipeline_config(args.config, args.override)
+    results = []
+    for view in args.views:
+        for side in (args.a, args.b):
+            if not (side / view / "records.parquet").exists():
+                p.error(f"{side / view / 'records.parquet'}: missing")
+        keep = {r.run_id for r in load_records(args.b / view / "records.parquet")}
+        sa, wa = served_with_pairs(cfg, args.a / view, view, args.folds, keep)
+        sb, wb = served_with_pairs(cfg, args.b / view, view, args.folds, keep)
+        sg, counts = gated(sa, wa, sb, wb, cfg.thresholds.group_by)
+        res = compare_served(cfg, view, sa, sg, draws=args.draws)
+        res["served_by"] = counts
+        results.append(res)
+    md = markdown(results, str(args.a), f"{args.b} (gated)")
+    md += "\n\nRuns served by each path (known / ordinary): " + json.dumps(
+        {r["view"]: r["served_by"] for r in results}
+    )
+    name = f"paired-{args.b.name}-gated"
+    atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
+    atomic_write_text(args.a / f"{name}.md", md)
+    sys.stdout.write(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
