@@ -3,16 +3,13 @@ rendered pieces of text its TF-IDF part counts."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from monitor.types import Step, Trajectory
 from serving.candidates import STEP_LIMIT, TOKEN_LIMIT, PieceText, length_scores
 from serving.task_prior import MONITOR_PRIOR, PRIOR, PRIOR_CANDIDATES
-
-if TYPE_CHECKING:
-    from serving.choice import Choice
 
 MONITOR = "monitor"
 MONITOR_TEXT = "monitor_text"
@@ -24,8 +21,10 @@ class CandidateRun:
     """One run scored by a candidate other than (or stacked over) the LM probe, step by step."""
 
     def __init__(
-        self, choice: Choice, name: str, header: str, group: str, prior: float | None = None
+        self, choice: Any, name: str, header: str, group: str, prior: float | None = None
     ) -> None:
+        # choice: the serving.choice.Choice whose parameters score the run (not imported: that
+        # module imports this one)
         self.choice = choice
         self.name = name
         self.group = group

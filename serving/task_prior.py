@@ -18,6 +18,7 @@ Measured in docs/RESULTS.md ("Known tasks").
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class TaskPrior:
         weight: the prior's logit weight in `monitor_prior`.
         families: threshold group -> the agent family its runs have in `counts` (a run whose
             harness names its group, or no agent, is still kept out of its own prior).
+        seen: `run_digest` of every run counted (a run added twice is counted once).
     """
 
     counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -52,6 +54,7 @@ class TaskPrior:
     min_runs: int = 4
     weight: float = 1.0
     families: dict[str, str] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.p0 < 1.0:
@@ -67,18 +70,19 @@ class TaskPrior:
         min_runs: int = 4,
         weight: float = 1.0,
         families: dict[str, str] | None = None,
+        run_ids: Iterable[str] = (),
     ) -> TaskPrior:
-        """The table of (instance id, agent, resolved) verdicts.
+        """The table of (instance id, agent, resolved) verdicts (`run_ids`: the runs they are,
+        kept as digests so that `add` counts each run once).
 
         Raises:
             ValueError: no verdicts, or all of one kind (p0 would be 0 or 1).
         """
-        counts: dict[str, dict[str, list[int]]] = {}
+        table = cls({}, 0.5, min_runs, weight, dict(families or {}))
+        table.seen = {run_digest(r) for r in run_ids}
         n = fails = 0
         for inst, agent, resolved in verdicts:
-            c = counts.setdefault(str(inst), {}).setdefault(str(agent), [0, 0])
-            c[0] += 1
-            c[1] += int(not resolved)
+            table.count(inst, agent, resolved)
             n += 1
             fails += int(not resolved)
         if n == 0 or fails in (0, n):
@@ -86,7 +90,27 @@ class TaskPrior:
                 f"a task prior needs resolved and unresolved verdicts ({n} runs, {fails} "
                 "unresolved)"
             )
-        return cls(counts, fails / n, min_runs, weight, dict(families or {}))
+        table.p0 = fails / n
+        return table
+
+    def count(self, instance_id: str, agent: str, resolved: bool) -> None:
+        """Count one verdict (p0 stays: it is the calibration runs' rate)."""
+        c = self.counts.setdefault(str(instance_id), {}).setdefault(str(agent), [0, 0])
+        c[0] += 1
+        c[1] += int(not resolved)
+
+    def add(self, run_id: str, instance_id: str, agent: str, resolved: bool) -> bool:
+        """Count a run's verdict unless it was counted before; whether it was counted now."""
+        d = run_digest(run_id)
+        if d in self.seen:
+            return False
+        self.seen.add(d)
+        self.count(instance_id, agent, resolved)
+        return True
+
+    def most_runs(self) -> int:
+        """The most runs any task has in the table."""
+        return max((sum(c[0] for c in per.values()) for per in self.counts.values()), default=0)
 
     def others(self, instance_id: str, agent: str) -> tuple[int, int]:
         """(runs, unresolved runs) of `instance_id` by agents other than `agent`."""
@@ -123,6 +147,7 @@ class TaskPrior:
             "weight": self.weight,
             "counts": self.counts,
             "families": self.families,
+            "seen": sorted(self.seen),
         }
 
     @classmethod
@@ -135,4 +160,12 @@ class TaskPrior:
             for i, per in dict(d["counts"]).items()
         }
         families = {str(g): str(a) for g, a in dict(d.get("families") or {}).items()}
-        return cls(counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)), families)
+        seen = {str(x) for x in d.get("seen") or ()}
+        return cls(
+            counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)), families, seen
+        )
+
+
+def run_digest(run_id: str) -> str:
+    """A short digest of a run id (the table keeps these, not the ids)."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:16]

@@ -209,3 +209,54 @@ def test_a_scorer_without_instance_id_still_scores_a_run_that_names_its_task() -
     session = Monitor(PolicyConfig(), scorer=scorer).start(RUN.task, RUN.agent, instance_id="x")
     assert session.scorer is not None
     assert session.observe(RUN.steps[0]).score == pytest.approx(0.99)
+
+
+def test_known_tasks_command_adds_verdicts_once_and_makes_a_task_known(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.cli import main as cli
+
+    cands = _known_candidates(Scorer.load(base), "monitor_prior")
+    table = TaskPrior.from_verdicts(
+        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
+    )
+    cands["known_tasks"]["prior"] = table.to_json()
+    bundle = _bundle(tmp_path, base, cands)
+    (bundle / "monitor.json.sig").write_text("stale")
+    new_task = make_run(9, seed=11)  # instance "inst-11": no verdicts yet
+    assert Scorer.load(bundle).served(new_task.agent, instance_id="inst-11").task_prior is None
+    others = [
+        Trajectory(id=f"n{i}", instance_id="inst-11", agent=f"other-{i}", resolved=i % 2 == 0,
+                   steps=new_task.steps, task=new_task.task)
+        for i in range(4)
+    ]  # fmt: skip
+    # the readers are tested elsewhere: the command gets these runs, n0 twice
+    monkeypatch.setattr(
+        "training.data.runs.load_runs", lambda paths, labels=(): [*others, others[0]]
+    )
+    out = tmp_path / "new"
+    assert cli(["known-tasks", str(bundle), "--data", "runs", "--out", str(out)]) == 0
+    assert cli(["known-tasks", str(bundle), "--data", "runs", "--out", str(bundle)]) == 2
+    scorer = Scorer.load(out)
+    th = scorer.served(new_task.agent, instance_id="inst-11")
+    assert th.scorer == "monitor_prior"
+    assert th.task_prior == pytest.approx((2 + table.p0) / 5)  # n1, n3 unresolved; n0 once
+    assert not (out / "monitor.json.sig").exists()
+    assert "Verdicts added" in (out / "README.md").read_text()
+    again = json.loads((out / "candidates.json").read_text())["known_tasks"]["prior"]
+    assert len(again["seen"]) == 6 + 4
+
+
+def test_known_tasks_command_refuses_a_table_that_cannot_tell_runs_apart(
+    base: Path, tmp_path: Path
+) -> None:
+    from monitor.errors import BundleError
+    from training.export.known_tasks import add_verdicts
+
+    bundle = _bundle(tmp_path, base, _known_candidates(Scorer.load(base), "monitor_prior"))
+    with pytest.raises(BundleError, match="does not record which runs"):
+        add_verdicts(bundle, tmp_path / "new", [RUN])
+    plain = _bundle(tmp_path / "p", base, _candidates(Scorer.load(base), "signals_lr"))
+    with pytest.raises(BundleError, match="no known-task table"):
+        add_verdicts(plain, tmp_path / "new2", [RUN])
+    assert not (tmp_path / "new").exists()

@@ -130,3 +130,9 @@ def test_the_gate_serves_a_known_choice_only_where_it_saved_more_held_out() -> N
     assert known_wins(known, None, "0.05")  # a group the ordinary choice does not hold
     assert known_wins(known, {"held_out_by_target": {}}, "0.05")
     assert not known_wins(None, ordinary, "0.05")
+
+
+def test_added_verdicts_already_in_the_table_count_once() -> None:
+    recs = _records()
+    table = _table(recs)  # every run counted, with its digest
+    assert with_verdicts(table, recs).counts == table.counts

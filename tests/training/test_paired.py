@@ -73,16 +73,18 @@ def test_a_blind_monitor_loses_with_an_interval_below_zero(tmp_path: Path, cfg) 
     assert mon["ci"][1] < 0
     md = (a / "paired-b.md").read_text()
     assert "monitor AUROC among runs live at step:5" in md
-    # Per agent: with the informative monitor the served choice beats every baseline on both
-    # agents; with it blinded the choice falls back to a baseline (or a stack of length and
-    # noise) on at least one of them, tied with a baseline there.
-    count = res["agents_above_baselines"]["0.1"]
-    assert count["a"] == 2
-    assert count["b"] <= 1
+    # Per agent, the choice a bundle serves (made per target): with the informative monitor it
+    # beats every baseline on both agents at 5%, 10% and 25%; with it blinded it falls back to
+    # the length rules or a stack of length and noise, tied with a baseline on at least one
+    # agent at some of them (failing runs are long here, so length alone ranks well).
+    counts = res["agents_above_baselines"]
+    assert all(counts[t]["a"] == 2 for t in ("0.05", "0.1", "0.25"))
+    assert sum(counts[t]["b"] for t in counts) < sum(counts[t]["a"] for t in counts)
     served = res["per_agent"]["0.1"]["a"]["a"]
     assert set(served["vs"]) == {"step_limit", "token_limit", "signals_lr", "tfidf_lr"}
     assert all(c["ci"][0] > 0 for c in served["vs"].values())
-    tied = [per["b"] for per in res["per_agent"]["0.1"].values() if not per["b"]["above_all"]]
+    tied = [per["b"] for per in res["per_agent"]["0.25"].values() if not per["b"]["above_all"]]
     assert tied
     assert min(c["ci"][0] for c in tied[0]["vs"].values()) <= 0
-    assert f"(above every one with the paired interval > 0: A 2 of 2, B {count['b']} of 2)" in md
+    b25 = counts["0.25"]["b"]
+    assert f"(above every one with the paired interval > 0: A 2 of 2, B {b25} of 2)" in md

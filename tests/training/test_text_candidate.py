@@ -108,7 +108,7 @@ def test_text_candidate_end_to_end_records_match_the_bundle(tiny_model_dir, tmp_
     assert scorer.choice.servable("monitor_text")
     by_id = {r.id: r for r in runs}
     served = Thresholds(stop=0.999, warn=0.99, origin="agent", scorer="monitor_text")
-    scorer.served = lambda agent, source="": served  # type: ignore[method-assign]
+    scorer.served = lambda agent, source="", instance_id="": served  # type: ignore[method-assign]
     for rec in recs["test"][:4]:
         traj = by_id[rec.run_id]
         both = scorer.score_heads(traj)

@@ -16,6 +16,7 @@ from training.cli import (
     corpus,
     crossfit,
     experiments,
+    known,
     live,
     monitor,
     serving,
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     live.register(sub)
     supervise.register(sub)
     signing.register(sub)
+    known.register(sub)
     return parser
 
 

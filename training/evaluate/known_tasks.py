@@ -26,6 +26,7 @@ def task_table(
         min_runs=min_runs,
         weight=weight,
         families={str(getattr(r, group_by)): r.agent for r in labelled},
+        run_ids=[r.id for r in labelled],
     )
 
 
@@ -82,13 +83,13 @@ def known_candidates(
 
 def with_verdicts(table: TaskPrior, records: Iterable[RunRecord]) -> TaskPrior:
     """`table` with the verdicts of `records` added (the evaluated runs' tasks as a benchmark
-    user would know them: other agents' public results; a run's own agent never counts)."""
+    user would know them: other agents' public results; a run's own agent never counts). A run
+    the table counted already (`failfast known-tasks`) is not counted again."""
     counts = {i: {a: list(c) for a, c in per.items()} for i, per in table.counts.items()}
+    out = TaskPrior(counts, table.p0, table.min_runs, table.weight, table.families, set(table.seen))
     for r in records:
-        c = counts.setdefault(r.instance_id, {}).setdefault(r.agent, [0, 0])
-        c[0] += 1
-        c[1] += int(not r.resolved)
-    return TaskPrior(counts, table.p0, table.min_runs, table.weight, table.families)
+        out.add(r.run_id, r.instance_id, r.agent, bool(r.resolved))
+    return out
 
 
 def known_report(

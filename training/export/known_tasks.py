@@ -1,0 +1,116 @@
+"""`failfast known-tasks BUNDLE --data RUNS --out NEW`: add labelled runs' verdicts to a bundle's
+table of known tasks (serving.task_prior), so that more tasks are served by its known-task
+choice, e.g. the verdicts of the runs a main job held out for its test split, or of other agents'
+runs of the benchmark tasks you rerun.
+
+The known-task choice's thresholds are not changed: they were calibrated with priors from as
+many other-agent runs per task as the training data had. A task given many more runs than any
+task had then has a sharper prior than calibration saw; the command counts such tasks and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from monitor.atomic import atomic_dir
+from monitor.errors import BundleError
+from monitor.types import Trajectory
+from serving.task_prior import TaskPrior
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Added:
+    """What `add_verdicts` did."""
+
+    added: int
+    already: int  # counted before (the same run id)
+    unlabelled: int
+    no_task: int  # no instance id
+    tasks_before: int
+    tasks_after: int
+    most_runs_before: int  # the most runs any task had (what calibration saw at most)
+    over_calibration: int  # tasks that now have more runs than that
+
+    def lines(self) -> list[str]:
+        out = [
+            f"verdicts added: {self.added} runs ({self.already} already counted, "
+            f"{self.unlabelled} without a verdict, {self.no_task} without an instance id)",
+            f"tasks in the table: {self.tasks_before} -> {self.tasks_after}",
+        ]
+        if self.over_calibration:
+            out.append(
+                f"note: {self.over_calibration} tasks now have more than {self.most_runs_before} "
+                "runs, the most any task had when the known-task choice was calibrated: their "
+                "priors are sharper than calibration saw (not measured)"
+            )
+        return out
+
+
+def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]) -> Added:
+    """Copy `bundle` to `out` with `runs`' verdicts added to its table of known tasks; monitor.json
+    is written last, the copy loaded back, and the folder renamed into place whole. A signature
+    (monitor.json.sig) is not copied: the new monitor.json needs `failfast sign` again.
+
+    Raises:
+        BundleError: the bundle has no known-task table, `out` is the bundle, or `out` is not
+            empty and not a bundle.
+    """
+    from serving.bundle import CANDIDATES, load_bundle
+    from serving.manifest import MANIFEST, write_manifest
+
+    src, dst = Path(bundle), Path(out)
+    b = load_bundle(src)
+    cands_path = src / CANDIDATES
+    if CANDIDATES not in b.manifest.files:
+        raise BundleError(f"{src}: no candidates.json listed in monitor.json")
+    cands: dict[str, Any] = json.loads(cands_path.read_text(encoding="utf-8"))
+    if not cands.get("known_tasks"):
+        why = cands.get("known_tasks_refused") or "trained without train.task_prior_min_runs"
+        raise BundleError(f"{cands_path}: no known-task table to add to ({why})")
+    if dst.resolve() == src.resolve():
+        raise BundleError(f"{dst}: --out must not be the bundle itself")
+    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
+        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+    table = TaskPrior.from_json(cands["known_tasks"]["prior"])
+    if table.counts and not table.seen:
+        raise BundleError(
+            f"{cands_path}: its table does not record which runs it counted (written before "
+            "`seen`), so the same runs could be counted twice; train the bundle again"
+        )
+    before, most = len(table.counts), table.most_runs()
+    added = already = unlabelled = no_task = 0
+    for r in runs:
+        if r.resolved is None:
+            unlabelled += 1
+        elif not r.instance_id:
+            no_task += 1
+        elif table.add(r.id, r.instance_id, r.agent, bool(r.resolved)):
+            added += 1
+        else:
+            already += 1
+    over = sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
+    cands["known_tasks"]["prior"] = table.to_json()
+    with atomic_dir(dst) as tmp:
+        for name in b.manifest.files:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, tmp / name)
+        (tmp / CANDIDATES).write_text(json.dumps(cands) + "\n", encoding="utf-8")
+        result = Added(added, already, unlabelled, no_task, before, len(table.counts), most, over)
+        card = tmp / "README.md"
+        if card.is_file():  # the card says where the added verdicts came from
+            extra = "\n## Verdicts added (`failfast known-tasks`)\n\n" + "".join(
+                f"- {line}\n" for line in result.lines()
+            )
+            card.write_text(card.read_text(encoding="utf-8") + extra, encoding="utf-8")
+        write_manifest(tmp, b.manifest)
+        load_bundle(tmp)  # the hashes hold before the copy replaces anything
+    log.info("bundle with %d more verdicts written to %s", added, dst)
+    return result
