@@ -136,3 +136,22 @@ def test_added_verdicts_already_in_the_table_count_once() -> None:
     recs = _records()
     table = _table(recs)  # every run counted, with its digest
     assert with_verdicts(table, recs).counts == table.counts
+
+
+def test_the_gated_comparison_takes_each_runs_path_by_its_groups_choices() -> None:
+    from training.evaluate.candidates import SELECTED_PER_TARGET, Served
+    from training.experiments.known_gate import gated
+
+    recs = [_rec("A/0", "t0", "A", True), _rec("B/0", "t0", "B", False)]
+
+    def served(stop_a: int, stop_b: int, saved: dict[str, float]) -> Served:
+        stops = {SELECTED_PER_TARGET: {0.05: {"A/0": stop_a, "B/0": stop_b}}}
+        choice = {g: {"held_out_by_target": {"0.05": v}} for g, v in saved.items()}
+        return Served(recs, stops, [choice], {}, [])
+
+    a = served(3, 4, {"A": 0.10, "B": 0.30})  # the ordinary path
+    b = served(7, 8, {"A": 0.20, "B": 0.20})  # the known path: wins for A only
+    out, counts = gated(a, {"A/0": 0, "B/0": 0}, b, {"A/0": 0, "B/0": 0}, "agent")
+    assert out.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 7, "B/0": 4}
+    assert counts == {"0.05": {"known": 1, "ordinary": 1}}
+    assert b.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 7, "B/0": 8}  # left as it was

@@ -73,17 +73,11 @@ def gated(
 def main(argv: Sequence[str] | None = None) -> int:
     from training.config import load_pipeline_config
     from training.data.records import load_records
-    from training.experiments.paired import compare_served
+    from training.experiments.paired import add_comparison_args, compare_served
     from training.experiments.paired_markdown import markdown
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("a", type=Path, help="the shipped crossfit folder")
-    p.add_argument("b", type=Path, help="task_prior --known-only output")
-    p.add_argument("--config", required=True)
-    p.add_argument("-o", "--override", action="append", default=[])
-    p.add_argument("--views", nargs="+", default=["instance"])
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--draws", type=int, default=500)
+    add_comparison_args(p, "the shipped crossfit folder", "task_prior --known-only output")
     args = p.parse_args(argv)
     cfg = load_pipeline_config(args.config, args.override)
     results = []

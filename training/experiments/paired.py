@@ -238,17 +238,22 @@ def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str])
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from training.config import load_pipeline_config
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("a", type=Path, help="the reference crossfit folder")
-    p.add_argument("b", type=Path, help="the variant's crossfit folder")
+def add_comparison_args(p: argparse.ArgumentParser, a_help: str, b_help: str) -> None:
+    """The arguments every paired comparison takes: A, B, the config and the views' draws."""
+    p.add_argument("a", type=Path, help=a_help)
+    p.add_argument("b", type=Path, help=b_help)
     p.add_argument("--config", required=True)
     p.add_argument("-o", "--override", action="append", default=[])
     p.add_argument("--views", nargs="+", default=["instance"])
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--draws", type=int, default=500)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from training.config import load_pipeline_config
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_comparison_args(p, "the reference crossfit folder", "the variant's crossfit folder")
     p.add_argument(
         "--extra",
         nargs="+",
