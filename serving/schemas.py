@@ -84,9 +84,19 @@ class ScoreRequest(BaseModel):
     submission: str = Field(
         "", description="The run's current diff (overrides the transcript's; a stop hands it on)."
     )
+    instance_id: str | None = Field(
+        None,
+        description="The task's id (overrides the transcript's): a bundle with a verdict table "
+        "of known tasks serves a task other agents have run by its known-task choice.",
+    )
     all_decisions: bool = Field(False, description="Return the Decision after every step.")
 
     _names = field_validator("agent", "source")(staticmethod(_name))
+
+    @field_validator("instance_id")
+    @classmethod
+    def _task(cls, v: str | None) -> str | None:
+        return None if v is None else _instance_id(v)
 
     @field_validator("filename")
     @classmethod

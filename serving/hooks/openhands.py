@@ -76,6 +76,8 @@ class OpenHandsHook:
         task: the task (for the scorer's header and the restart packet).
         agent: agent family for thresholds.
         source: threshold group when thresholds are keyed by source.
+        instance_id: the task's id (e.g. the SWE-bench instance): a bundle with a verdict table
+            of known tasks serves a task other agents have run by its known-task choice.
         restart_path: where the restart packet goes on a stop (None: not written).
         workdir: git work tree whose `git diff` goes into the packet (None: no diff).
     """
@@ -87,10 +89,11 @@ class OpenHandsHook:
         *,
         agent: str = AGENT,
         source: str = "",
+        instance_id: str = "",
         restart_path: str | Path | None = None,
         workdir: str | Path | None = None,
     ) -> None:
-        self.session = monitor.start(task, agent, source=source)
+        self.session = monitor.start(task, agent, source=source, instance_id=instance_id)
         self.task = task
         self.agent = agent
         self.restart_path = Path(restart_path) if restart_path is not None else None

@@ -84,6 +84,8 @@ def score_now(state: AppState, req: ScoreRequest, cancel: threading.Event) -> An
         traj.agent = req.agent
     if req.source is not None:
         traj.source = req.source
+    if req.instance_id is not None:
+        traj.instance_id = req.instance_id
     if req.submission:
         traj.submission = req.submission
     while not state.slots.acquire(timeout=0.25):

@@ -159,6 +159,17 @@ def test_http_sessions_take_the_task_id(base: Path, tmp_path: Path) -> None:
             d.pop("index")
             got.append(httpx.post(f"{url}/v1/sessions/{sid}/steps", json=d).json()["score"])
         assert got == pytest.approx(want[:4], abs=1e-5)
+        steps = []
+        for step in RUN.steps:
+            d = step.to_dict()
+            d.pop("index")
+            steps.append(d)
+        whole = {"steps": steps, "task": RUN.task, "agent": RUN.agent}
+        r = httpx.post(f"{url}/v1/score", json={**whole, "instance_id": RUN.instance_id})
+        assert r.status_code == 200, r.text
+        assert r.json()["scorer"] == "monitor_prior"
+        assert r.json()["scores"] == pytest.approx(want, abs=1e-5)
+        assert httpx.post(f"{url}/v1/score", json=whole).json()["scorer"] == "signals_lr"
         bad = httpx.post(f"{url}/v1/sessions", json={**body, "instance_id": "a\nb"})
         assert bad.status_code == 422
         assert "instance id" in bad.text
