@@ -131,3 +131,23 @@ def test_known_only_keeps_the_runs_of_known_tasks_and_their_pairs(tmp_path, monk
     assert json.loads((out / "time" / PAIRS_JSON).read_text()) == [["b1"]]
     with pytest.raises(SystemExit):
         main([*args, "--min-runs", "0"])
+
+
+def test_a_repository_prior_counts_the_repositorys_other_tasks_only():
+    from training.experiments.task_prior import repo_priors
+
+    runs = [
+        _run("a1", "django__django-1", "A", True),
+        _run("b1", "django__django-1", "B", False),  # the same task: never counted for a1
+        _run("a2", "django__django-2", "A", False),
+        _run("b2", "django__django-3", "B", False),
+        _run("c1", "sympy__sympy-1", "C", True),
+    ]
+    p = repo_priors(runs)
+    p0 = 3 / 5
+    assert p["a1"] == pytest.approx((2 + p0) / 3)  # a2, b2
+    assert p["a2"] == pytest.approx((2 + p0) / 4)  # a1, b1, b2
+    assert p["c1"] == pytest.approx(p0)  # no other sympy task
+    q = repo_priors(runs, own_agent=False)
+    assert q["a1"] == pytest.approx((1 + p0) / 2)  # b2 only
+    assert repo_priors(runs, min_runs=3)["a1"] == pytest.approx(p0)

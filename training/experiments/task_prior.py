@@ -91,6 +91,35 @@ def leave_agent_out_priors(
     return out
 
 
+def repo_priors(
+    runs: Sequence[Trajectory], *, own_agent: bool = True, min_runs: int = 0
+) -> dict[str, float]:
+    """P(unresolved) of each labelled run's *repository* from the runs of its other tasks (never
+    its own task, by any agent): what is known of a new task of a known repository (the
+    instance view's setting). `own_agent`: the agent's own runs of the repository's other tasks
+    count too. Smoothed by one pseudo-run at p0; fewer than `min_runs` runs: p0."""
+    from training.data.folds import repo_of
+
+    labelled = [r for r in runs if r.resolved is not None]
+    if not labelled:
+        raise ValueError("no labelled runs: a repository prior needs verdicts")
+    p0 = float(np.mean([not r.resolved for r in labelled]))
+    by_repo: dict[str, list[tuple[str, str, bool]]] = {}
+    for r in labelled:
+        by_repo.setdefault(repo_of(r.instance_id), []).append(
+            (r.instance_id, r.agent, not r.resolved)
+        )
+    out = {}
+    for r in labelled:
+        others = [
+            fail
+            for inst, a, fail in by_repo[repo_of(r.instance_id)]
+            if inst != r.instance_id and (own_agent or a != r.agent)
+        ]
+        out[r.id] = p0 if len(others) < min_runs else (sum(others) + p0) / (len(others) + 1)
+    return out
+
+
 def with_prior(
     records: Sequence[RunRecord], priors: dict[str, float], weight: float = 1.0
 ) -> list[RunRecord]:
@@ -162,18 +191,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--known-only", action="store_true", help="keep only runs of tasks with --min-runs others"
     )
+    p.add_argument(
+        "--scope",
+        choices=["task", "repo"],
+        default="task",
+        help="task: other agents' runs of the same task; repo: all runs of the repository's "
+        "other tasks (a new task of a known repository)",
+    )
     args = p.parse_args(argv)
     if args.known_only and (args.min_runs < 1 or args.own_agent or args.max_others):
         p.error("--known-only needs --min-runs >= 1, and neither --own-agent nor --max-others")
     runs = load_corpus(args.corpus)
     keep = known_runs(runs, args.min_runs) if args.known_only else None
-    priors = leave_agent_out_priors(
-        runs,
-        max_others=args.max_others,
-        seed=args.seed,
-        own_agent=args.own_agent,
-        min_runs=args.min_runs,
-    )
+    if args.scope == "repo":
+        if args.known_only or args.max_others:
+            p.error("--scope repo takes neither --known-only nor --max-others")
+        priors = repo_priors(runs, min_runs=args.min_runs)
+    else:
+        priors = leave_agent_out_priors(
+            runs,
+            max_others=args.max_others,
+            seed=args.seed,
+            own_agent=args.own_agent,
+            min_runs=args.min_runs,
+        )
     for view in args.views:
         if not (args.a / view / "records.parquet").is_file():
             p.error(f"{args.a / view / 'records.parquet'}: missing (run failfast crossfit)")
