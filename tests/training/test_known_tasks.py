@@ -154,4 +154,7 @@ def test_the_gated_comparison_takes_each_runs_path_by_its_groups_choices() -> No
     out, counts = gated(a, {"A/0": 0, "B/0": 0}, b, {"A/0": 0, "B/0": 0}, "agent")
     assert out.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 7, "B/0": 4}
     assert counts == {"0.05": {"known": 1, "ordinary": 1}}
+    out, counts = gated(a, {"A/0": 0, "B/0": 0}, b, {"B/0": 0}, "agent")  # A/0: unknown task
+    assert out.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 3, "B/0": 4}
+    assert counts == {"0.05": {"known": 0, "ordinary": 2}}
     assert b.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 7, "B/0": 8}  # left as it was

@@ -10,7 +10,9 @@ target where `training.evaluate.known_tasks.known_wins` says so (that choice sav
 held-out calibration runs than A's choice for the group saved on its own), else by A's choice
 (the ordinary path, calibrated on all runs). Both choices come from pairs that hold the run's task
 out. Compared with A run by run (training.experiments.paired.compare_served): writes
-A/paired-<B>-gated.json and .md and prints the table.
+A/paired-<B>-gated.json and .md and prints the table. `--all-runs`: on every run A scored, the
+runs of unknown tasks served by A's choice (the whole served system against the shipped one),
+A/paired-<B>-gated-all.json.
 """
 
 from __future__ import annotations
@@ -51,22 +53,23 @@ def served_with_pairs(
 def gated(
     sa: Served, wa: dict[str, int], sb: Served, wb: dict[str, int], group_by: str
 ) -> tuple[Served, dict[str, dict[str, int]]]:
-    """B's Served with its served choice (SELECTED_PER_TARGET) replaced by the gated one, and
-    per target how many runs each path served."""
+    """A's Served (its runs: B's, or with --all-runs every run A scored) with the served choice
+    (SELECTED_PER_TARGET) replaced by the gated one, and per target how many runs each path
+    served; a run B did not score (an unknown task) takes A's."""
     stops = {t: dict(st) for t, st in sa.stops[SELECTED_PER_TARGET].items()}
     counts: dict[str, dict[str, int]] = {}
-    for r in sb.records:
+    for r in sa.records:
         g = str(getattr(r, group_by))
         ca = sa.choices[wa[r.run_id]].get(g)
-        cb = sb.choices[wb[r.run_id]].get(g)
+        cb = sb.choices[wb[r.run_id]].get(g) if r.run_id in wb else None
         for t in stops:
             key = f"{t:g}"
-            known = known_wins(cb, ca, key)
+            known = cb is not None and known_wins(cb, ca, key)
             if known:
                 stops[t][r.run_id] = sb.stops[SELECTED_PER_TARGET][t][r.run_id]
             c = counts.setdefault(key, {"known": 0, "ordinary": 0})
             c["known" if known else "ordinary"] += 1
-    out = dataclasses.replace(sb, stops={**sb.stops, SELECTED_PER_TARGET: stops})
+    out = dataclasses.replace(sa, stops={**sa.stops, SELECTED_PER_TARGET: stops})
     return out, counts
 
 
@@ -78,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_comparison_args(p, "the shipped crossfit folder", "task_prior --known-only output")
+    p.add_argument(
+        "--all-runs",
+        action="store_true",
+        help="compare on every run A scored (unknown tasks served by A's choice)",
+    )
     args = p.parse_args(argv)
     cfg = load_pipeline_config(args.config, args.override)
     results = []
@@ -86,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (side / view / "records.parquet").exists():
                 p.error(f"{side / view / 'records.parquet'}: missing")
         keep = {r.run_id for r in load_records(args.b / view / "records.parquet")}
+        if args.all_runs:
+            keep = {r.run_id for r in load_records(args.a / view / "records.parquet")}
         sa, wa = served_with_pairs(cfg, args.a / view, view, args.folds, keep)
         sb, wb = served_with_pairs(cfg, args.b / view, view, args.folds, keep)
         sg, counts = gated(sa, wa, sb, wb, cfg.thresholds.group_by)
@@ -96,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     md += "\n\nRuns served by each path (known / ordinary): " + json.dumps(
         {r["view"]: r["served_by"] for r in results}
     )
-    name = f"paired-{args.b.name}-gated"
+    name = f"paired-{args.b.name}-gated" + ("-all" if args.all_runs else "")
     atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
     atomic_write_text(args.a / f"{name}.md", md)
     sys.stdout.write(md + "\n")
