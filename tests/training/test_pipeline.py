@@ -290,6 +290,9 @@ def test_known_tasks_table_and_choice_in_the_bundle(tiny_model_dir, tmp_path):
         candidates=cands,
     )
     kt = report["known_tasks"]
+    from training.evaluate.report import markdown_table
+
+    assert f"Known tasks ({kt['known_runs']} runs whose task has 2+ runs" in markdown_table(report)
     assert kt["known_runs"] == len(load_records(out / "records" / "test.parquet"))
     assert 0 <= kt["known_runs_served"] <= kt["known_runs"]
     for entry in known["chosen"].values():  # the gate's record: targets served as unknown

@@ -288,4 +288,28 @@ def markdown_table(result: Mapping[str, Any]) -> str:
                 f"{_pct(m.get('net_token_savings'))} | {_pct(m['resolution_before'])} | "
                 f"{_pct(m['resolution_after'])} | {_pct(m['resolution_after_restart'])} |"
             )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _known_lines(result.get("known_tasks"))) + "\n"
+
+
+def _known_lines(known: Mapping[str, Any] | None) -> list[str]:
+    """The report's `known_tasks` as a table (nothing when it has none)."""
+    if not known or "overall" not in known:
+        return []
+    lines = [
+        "",
+        f"Known tasks ({known['known_runs']} runs whose task has {known['min_runs']}+ runs by "
+        f"other agents, counting the evaluated runs' own verdicts; "
+        f"{known.get('known_runs_served', 0)} served by the known-task choice):",
+        "",
+        "| scope | runs | served by it | tokens saved, served | FPR | tokens saved, known tasks "
+        "| FPR |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = [*known["per_agent"].items(), ("overall", known["overall"])]
+    for scope, r in rows:
+        a, b = r["served"], r["with_known_tasks"]
+        lines.append(
+            f"| {scope} | {r['runs']} | {r['known_runs_served']} | {_pct(a['tokens_saved'])} | "
+            f"{_pct(a['realized_fpr'])} | {_pct(b['tokens_saved'])} | {_pct(b['realized_fpr'])} |"
+        )
+    return lines
