@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -161,3 +162,13 @@ class Scorer(StepScorer, Protocol):
         """Scores at every step boundary (element k-1: P(unresolved | steps 1..k)); stops with
         monitor.errors.Cancelled when `cancelled()` says so."""
         ...
+
+
+def takes_keyword(fn: Any, name: str) -> bool:
+    """Whether callable `fn` accepts keyword argument `name` (by name or **kwargs): whether a
+    StepScorer also takes what the protocol leaves out (e.g. `instance_id`)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

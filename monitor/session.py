@@ -23,7 +23,6 @@ to the Monitor's feedback (monitor.feedback: realized FPR per agent and the drif
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections import deque
@@ -36,7 +35,7 @@ from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key
 from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
-from monitor.protocols import Scorer, ScoreSession
+from monitor.protocols import Scorer, ScoreSession, takes_keyword
 from monitor.restart_summary import error_line, restart_summary
 from monitor.signals import SignalTracker
 from monitor.types import Decision, Flag, RestartPacket, Step
@@ -52,15 +51,6 @@ _WARN_REASON = {
     "max_repeat": "repeat_loop",
     "no_new_info": "no_progress",
 }
-
-
-def takes_keyword(fn: Any, name: str) -> bool:
-    """Whether callable `fn` accepts keyword argument `name` (by name or **kwargs)."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class Monitor:

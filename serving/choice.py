@@ -160,8 +160,7 @@ class Choice:
             return probe("the LM probe: the group is not in candidates.json")
         if group in self.recalibrated:
             return probe("the LM probe: the group was re-calibrated by `failfast calibrate`")
-        by_target = entry.get("by_target") or {}
-        name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
+        name = chosen_name(entry, target)
         if name == MONITOR:
             return probe("the LM probe: chosen on held-out calibration runs")
         ok = self.servable(name) if scorable is None else name in scorable
@@ -188,8 +187,7 @@ class Choice:
         entry = self.chosen.get(group)
         if entry is None or target_key(target) in (entry.get("as_unknown") or ()):
             return None
-        by_target = entry.get("by_target") or {}
-        name = str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
+        name = chosen_name(entry, target)
         ok = self.servable(name) if scorable is None else name in scorable or name == MONITOR
         if not ok or name not in self.tables:
             return None
@@ -249,6 +247,13 @@ class Choice:
             for k in range(len(tokens))
         ]
         return np.asarray(out, dtype=np.float64)
+
+
+def chosen_name(entry: Mapping[str, Any], target: float) -> str:
+    """The candidate a group's candidates.json entry chose at `target`: its per-target choice,
+    else its one choice over all targets, else the LM probe."""
+    by_target = entry.get("by_target") or {}
+    return str(by_target.get(target_key(target)) or entry.get("scorer") or MONITOR)
 
 
 def recalibrated_groups(calibration: Mapping[str, Any] | None) -> set[str]:

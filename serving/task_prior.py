@@ -136,9 +136,8 @@ class TaskPrior:
         return (fails + self.p0) / (runs + 1)
 
     def combine(self, monitor: float, prior: float) -> float:
-        """`monitor_prior`: sigmoid(logit(monitor) + weight * logit(prior))."""
-        z = logit(np.asarray([monitor, prior], dtype=np.float64))
-        return float(sigmoid(z[0] + self.weight * z[1]))
+        """`monitor_prior` of one score (`combine`, with this table's weight)."""
+        return float(combine(monitor, prior, self.weight))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,6 +163,15 @@ class TaskPrior:
         return cls(
             counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)), families, seen
         )
+
+
+def combine(
+    monitor: np.ndarray | float, prior: np.ndarray | float, weight: float = 1.0
+) -> np.ndarray:
+    """`monitor_prior` = sigmoid(logit(monitor) + weight * logit(prior)), elementwise (the LM
+    probe's odds times the prior's, as naive Bayes would combine them)."""
+    m = logit(np.asarray(monitor, dtype=np.float64))
+    return sigmoid(m + weight * logit(np.asarray(prior, dtype=np.float64)))
 
 
 def run_digest(run_id: str) -> str:

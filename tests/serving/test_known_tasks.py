@@ -211,8 +211,9 @@ def test_a_run_is_kept_out_of_its_own_prior_when_its_agent_is_named_by_group_or_
 
 def test_a_scorer_without_instance_id_still_scores_a_run_that_names_its_task() -> None:
     from monitor.policy import PolicyConfig
+    from monitor.protocols import takes_keyword
     from monitor.scripted import ScriptedScorer
-    from monitor.session import Monitor, takes_keyword
+    from monitor.session import Monitor
 
     scorer = ScriptedScorer([0.99], threshold=0.5)
     assert not takes_keyword(scorer.start, "instance_id")

@@ -91,6 +91,13 @@ VIEWS = {
 """What each comparison in a report means (its `views`)."""
 
 
+def _calibrated_scorers(cfg: EvalConfig, calibration: Sequence[RunRecord]) -> list[str]:
+    """The scorers calibrated as shipped: the monitor, the second probe (train.text_candidate)
+    where the calibration runs carry it, and the baselines."""
+    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
+    return [cfg.scorer, *second, *cfg.score_baselines]
+
+
 def _calibrated_baselines(
     records: Sequence[RunRecord],
     thresholds: ThresholdTable,
@@ -112,11 +119,9 @@ def _calibrated_baselines(
 
         notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
         return from_bundle(records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor)
-    # the second probe (train.text_candidate) where the calibration runs carry it too
-    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
     cal_stops, cal_info = as_shipped(
         calibration, records, thresholds, target=cfg.target_fpr,
-        scorers=[cfg.scorer, *second, *cfg.score_baselines],
+        scorers=_calibrated_scorers(cfg, calibration),
     )  # fmt: skip
     cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
     cal_info.pop(cfg.scorer, None)
@@ -200,8 +205,12 @@ def evaluate(
         for s, rs in sorted(group_records(records, "source").items())
     }
     if candidates and candidates.get("known_tasks"):
-        out["known_tasks"] = _known_tasks(
-            records, calibration, thresholds, cfg, candidates, stops, cal_info
+        from training.evaluate.known_report import known_section
+
+        scorers = _calibrated_scorers(cfg, calibration) if calibration else []
+        served = stops.get(f"{CALIBRATED}selected") or stops["monitor"]
+        out["known_tasks"] = known_section(
+            records, calibration, thresholds, cfg.target_fpr, scorers, candidates, served, cal_info
         )
     out["views"] = dict(VIEWS)
     out["settings"] = {
@@ -217,39 +226,6 @@ def evaluate(
     }
     out["notes"] = notes
     return out
-
-
-def _known_tasks(
-    records: Sequence[RunRecord],
-    calibration: Sequence[RunRecord] | None,
-    thresholds: ThresholdTable,
-    cfg: EvalConfig,
-    candidates: dict[str, Any],
-    stops: Mapping[str, Stops],
-    cal_info: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The report's "known_tasks" beside the served choice's stops (the monitor's where the
-    report has none): recalibrated on the calibration runs of known tasks when there are some
-    (training.evaluate.known_tasks.known_report), else as the bundle ships it (known_from_bundle)."""
-    from serving.task_prior import TaskPrior
-    from training.evaluate.known_tasks import known_from_bundle, known_report
-
-    served = stops.get(f"{CALIBRATED}selected") or stops["monitor"]
-    if not calibration:
-        return known_from_bundle(
-            records, candidates, thresholds, target=cfg.target_fpr, served=dict(served)
-        )
-    second = [MONITOR_TEXT] if all(MONITOR_TEXT in r.scores for r in calibration) else []
-    return known_report(
-        records,
-        calibration,
-        thresholds,
-        target=cfg.target_fpr,
-        scorers=[cfg.scorer, *second, *cfg.score_baselines],
-        prior=TaskPrior.from_json(candidates["known_tasks"]["prior"]),
-        served=dict(served),
-        ordinary=(cal_info.get("selected") or {}).get("choice") or {},
-    )
 
 
 def pct(x: float | None, *, missing: str = "-", unit: str = "") -> str:
@@ -288,28 +264,6 @@ def markdown_table(result: Mapping[str, Any]) -> str:
                 f"{_pct(m.get('net_token_savings'))} | {_pct(m['resolution_before'])} | "
                 f"{_pct(m['resolution_after'])} | {_pct(m['resolution_after_restart'])} |"
             )
-    return "\n".join(lines + _known_lines(result.get("known_tasks"))) + "\n"
+    from training.evaluate.known_report import known_lines
 
-
-def _known_lines(known: Mapping[str, Any] | None) -> list[str]:
-    """The report's `known_tasks` as a table (nothing when it has none)."""
-    if not known or "overall" not in known:
-        return []
-    lines = [
-        "",
-        f"Known tasks ({known['known_runs']} runs whose task has {known['min_runs']}+ runs by "
-        f"other agents, counting the evaluated runs' own verdicts; "
-        f"{known.get('known_runs_served', 0)} served by the known-task choice):",
-        "",
-        "| scope | runs | served by it | tokens saved, served | FPR | tokens saved, known tasks "
-        "| FPR |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    rows = [*known["per_agent"].items(), ("overall", known["overall"])]
-    for scope, r in rows:
-        a, b = r["served"], r["with_known_tasks"]
-        lines.append(
-            f"| {scope} | {r['runs']} | {r['known_runs_served']} | {_pct(a['tokens_saved'])} | "
-            f"{_pct(a['realized_fpr'])} | {_pct(b['tokens_saved'])} | {_pct(b['realized_fpr'])} |"
-        )
-    return lines
+    return "\n".join(lines + known_lines(result.get("known_tasks"), _pct)) + "\n"

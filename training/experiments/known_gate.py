@@ -20,34 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from monitor.atomic import atomic_write_text
+from serving.task_prior import PRIOR_CANDIDATES
 from training.evaluate.candidates import SELECTED_PER_TARGET, Served
 from training.evaluate.known_tasks import known_wins
-
-PRIOR_EXTRA = ("prior", "monitor_prior")
-
-
-def served_with_pairs(
-    cfg: Any, folder: Path, view: str, folds: int, keep: set[str]
-) -> tuple[Served, dict[str, int]]:
-    """candidate_stops on a view's pairs (test runs matched to `keep`) and run id -> its pair."""
-    from training.data.records import load_records
-    from training.evaluate.candidates import candidate_stops
-    from training.experiments.paired import _view_pairs
-
-    records = load_records(folder / "records.parquet")
-    pairs = _view_pairs(folder, view, records, folds, cfg.data.split_seed)
-    pairs = [(cal, [r for r in test if r.run_id in keep]) for cal, test in pairs]
-    served = candidate_stops(
-        pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed, extra=PRIOR_EXTRA
-    )
-    where = {r.run_id: f for f, (_, test) in enumerate(pairs) for r in test}
-    return served, where
 
 
 def gated(
@@ -76,7 +53,8 @@ def gated(
 def main(argv: Sequence[str] | None = None) -> int:
     from training.config import load_pipeline_config
     from training.data.records import load_records
-    from training.experiments.paired import add_comparison_args, compare_served
+    from training.experiments.paired import compare_served
+    from training.experiments.paired_io import add_comparison_args, served_pairs, write_comparison
     from training.experiments.paired_markdown import markdown
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -96,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = {r.run_id for r in load_records(args.b / view / "records.parquet")}
         if args.all_runs:
             keep = {r.run_id for r in load_records(args.a / view / "records.parquet")}
-        sa, wa = served_with_pairs(cfg, args.a / view, view, args.folds, keep)
-        sb, wb = served_with_pairs(cfg, args.b / view, view, args.folds, keep)
+        sa, wa = served_pairs(cfg, args.a / view, view, args.folds, keep, PRIOR_CANDIDATES)
+        sb, wb = served_pairs(cfg, args.b / view, view, args.folds, keep, PRIOR_CANDIDATES)
         sg, counts = gated(sa, wa, sb, wb, cfg.thresholds.group_by)
         res = compare_served(cfg, view, sa, sg, draws=args.draws)
         res["served_by"] = counts
@@ -107,9 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         {r["view"]: r["served_by"] for r in results}
     )
     name = f"paired-{args.b.name}-gated" + ("-all" if args.all_runs else "")
-    atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
-    atomic_write_text(args.a / f"{name}.md", md)
-    sys.stdout.write(md + "\n")
+    write_comparison(args.a, name, results, md)
     return 0
 
 

@@ -28,16 +28,14 @@ served row on the instance view with the FPR holding on the others (docs/RESULTS
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monitor.atomic import atomic_write_text
 from training.evaluate.calibrated import LENGTH_SCORERS
+from training.experiments.paired_io import add_comparison_args, served_pairs, write_comparison
 from training.experiments.paired_markdown import markdown
 
 LIVE_POINTS = (5, 10)
@@ -48,42 +46,6 @@ the twenty-fifth round the per-agent tables used "selected" (one choice over all
 # The simple rules a served choice must beat per agent (the LM probe and the stack are not
 # baselines: they are what the choice is made from).
 BASELINES = (*LENGTH_SCORERS, "signals_lr", "tfidf_lr")
-
-
-def _view_pairs(folder: Path, view: str, records: list[Any], folds: int, seed: int) -> list[Any]:
-    from training.evaluate.calibrated import add_length_scores
-    from training.evaluate.views import view_calibration, view_folds
-
-    fold = view_folds(view, records, folds, seed)
-    if fold is not None:
-        add_length_scores(records)
-        return [
-            ([r for r, g in zip(records, fold, strict=True) if g != f],
-             [r for r, g in zip(records, fold, strict=True) if g == f])
-            for f in range(int(fold.max()) + 1)
-        ]  # fmt: skip
-    pairs = view_calibration(folder, records)
-    if pairs is None:
-        raise ValueError(f"{folder}: no calibration records (pairs.json) for view {view!r}")
-    for cal, test in pairs:
-        add_length_scores(cal)
-        add_length_scores(test)
-    return pairs
-
-
-def _served(
-    cfg: Any, folder: Path, view: str, folds: int, keep: set[str] | None, extra: Sequence[str] = ()
-) -> Any:
-    from training.data.records import load_records
-    from training.evaluate.candidates import candidate_stops
-
-    records = load_records(folder / "records.parquet")
-    pairs = _view_pairs(folder, view, records, folds, cfg.data.split_seed)
-    if keep is not None:  # calibration records stay whole; only the test runs are matched
-        pairs = [(cal, [r for r in test if r.run_id in keep]) for cal, test in pairs]
-    return candidate_stops(
-        pairs, cfg.thresholds, cfg.policy.schedule(), seed=cfg.data.split_seed, extra=extra
-    )
 
 
 def _weighted_auc(y: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
@@ -110,8 +72,8 @@ def compare_view(
     ids_a = {r.run_id for r in load_records(a / view / "records.parquet")}
     ids_b = {r.run_id for r in load_records(b / view / "records.parquet")}
     keep = ids_a & ids_b
-    sa = _served(cfg, a / view, view, folds, keep, extra)
-    sb = _served(cfg, b / view, view, folds, keep, extra)
+    sa = served_pairs(cfg, a / view, view, folds, keep, extra)[0]
+    sb = served_pairs(cfg, b / view, view, folds, keep, extra)[0]
     out = compare_served(cfg, view, sa, sb, draws=draws, live_scores=live_scores)
     return {**out, "only_a": len(ids_a - keep), "only_b": len(ids_b - keep)}
 
@@ -238,17 +200,6 @@ def _against_baselines(cells: dict[str, dict[str, list[Any]]], names: list[str])
     return out
 
 
-def add_comparison_args(p: argparse.ArgumentParser, a_help: str, b_help: str) -> None:
-    """The arguments every paired comparison takes: A, B, the config and the views' draws."""
-    p.add_argument("a", type=Path, help=a_help)
-    p.add_argument("b", type=Path, help=b_help)
-    p.add_argument("--config", required=True)
-    p.add_argument("-o", "--override", action="append", default=[])
-    p.add_argument("--views", nargs="+", default=["instance"])
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--draws", type=int, default=500)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from training.config import load_pipeline_config
 
@@ -290,9 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     md = markdown(results, str(args.a), str(args.b))
     name = f"paired-{args.b.name}" + ("" if args.live == [MONITOR, MONITOR] else "-live")
-    atomic_write_text(args.a / f"{name}.json", json.dumps(results, indent=1))
-    atomic_write_text(args.a / f"{name}.md", md)
-    sys.stdout.write(md + "\n")
+    write_comparison(args.a, name, results, md)
     return 0
 
 

@@ -34,7 +34,6 @@ calibrated on all its runs (the bundle's unknown-task path on these runs).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -46,10 +45,18 @@ import numpy as np
 
 from monitor.atomic import atomic_write_text
 from monitor.types import Trajectory
-from serving.numeric import logit, sigmoid
-from serving.task_prior import TaskPrior
 from training.data.records import RunRecord, load_records, save_records
+from training.evaluate.known_tasks import task_table, with_prior_scores
 from training.evaluate.views import PAIRS_JSON, calibration_files
+
+
+def _labelled(runs: Sequence[Trajectory], what: str) -> tuple[list[Trajectory], float]:
+    """The runs with a verdict and their unresolved share p0 (ValueError naming `what` when
+    there are none)."""
+    labelled = [r for r in runs if r.resolved is not None]
+    if not labelled:
+        raise ValueError(f"no labelled runs: {what} needs verdicts")
+    return labelled, float(np.mean([not r.resolved for r in labelled]))
 
 
 def leave_agent_out_priors(
@@ -66,10 +73,7 @@ def leave_agent_out_priors(
     other runs of the task count too (attempts k > 1, or a restart; never the run itself).
     `min_runs`: a task with fewer other runs gets p0, as if nobody had run it (what a served
     prior would do below its minimum: fall back to the monitor alone)."""
-    labelled = [r for r in runs if r.resolved is not None]
-    if not labelled:
-        raise ValueError("no labelled runs: a task prior needs verdicts")
-    p0 = float(np.mean([not r.resolved for r in labelled]))
+    labelled, p0 = _labelled(runs, "a task prior")
     by_task: dict[str, list[tuple[str, str, bool]]] = {}
     for r in labelled:
         by_task.setdefault(r.instance_id, []).append((r.agent, r.id, not r.resolved))
@@ -100,10 +104,7 @@ def repo_priors(
     count too. Smoothed by one pseudo-run at p0; fewer than `min_runs` runs: p0."""
     from training.data.folds import repo_of
 
-    labelled = [r for r in runs if r.resolved is not None]
-    if not labelled:
-        raise ValueError("no labelled runs: a repository prior needs verdicts")
-    p0 = float(np.mean([not r.resolved for r in labelled]))
+    labelled, p0 = _labelled(runs, "a repository prior")
     by_repo: dict[str, list[tuple[str, str, bool]]] = {}
     for r in labelled:
         by_repo.setdefault(repo_of(r.instance_id), []).append(
@@ -123,29 +124,21 @@ def repo_priors(
 def with_prior(
     records: Sequence[RunRecord], priors: dict[str, float], weight: float = 1.0
 ) -> list[RunRecord]:
-    """`records` with `prior` and `monitor_prior` added to every run's scores."""
+    """`records` with `prior` and `monitor_prior` added to every run's scores
+    (training.evaluate.known_tasks.with_prior_scores, what the bundle computes)."""
     out = []
     for rec in records:
         if rec.run_id not in priors:
             raise ValueError(f"run {rec.run_id} of the records has no labelled run in the corpus")
-        if "monitor" not in rec.scores:
-            raise ValueError(f"run {rec.run_id} has no monitor scores")
-        prior = np.full(rec.n_steps, priors[rec.run_id])
-        m = np.asarray(rec.scores["monitor"], dtype=np.float64)
-        both = sigmoid(logit(m) + weight * logit(prior))
-        out.append(
-            dataclasses.replace(rec, scores={**rec.scores, "prior": prior, "monitor_prior": both})
-        )
+        out.append(with_prior_scores(rec, priors[rec.run_id], weight))
     return out
 
 
 def known_runs(runs: Sequence[Trajectory], min_runs: int) -> set[str]:
     """Ids of the labelled runs whose task has `min_runs` or more labelled runs by other agents
     (serving.task_prior.TaskPrior's known tasks)."""
+    table = task_table(runs, min_runs=max(min_runs, 1))
     labelled = [r for r in runs if r.resolved is not None]
-    table = TaskPrior.from_verdicts(
-        ((r.instance_id, r.agent, bool(r.resolved)) for r in labelled), min_runs=max(min_runs, 1)
-    )
     return {r.id for r in labelled if table.prior(r.instance_id, r.agent) is not None}
 
 

@@ -33,18 +33,35 @@ def write_calibrated_bundle(
     Raises:
         BundleError: `out` is the source bundle, or not empty and not a bundle.
     """
-    from serving.manifest import MANIFEST
-
     src, dst = Path(bundle.path), Path(out)
-    if dst.resolve() == src.resolve():
-        raise BundleError(f"{dst}: --out must not be the bundle being recalibrated")
-    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
-        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+    check_out_dir(src, dst, "the bundle being recalibrated")
     # Built beside `out` and renamed into place whole: a kill leaves the previous bundle as it was.
     with atomic_dir(dst) as tmp:
         _copy(bundle, src, tmp, table, record, target)
     log.info("recalibrated bundle written to %s", dst)
     return dst
+
+
+def check_out_dir(src: Path, dst: Path, what: str) -> None:
+    """Refuse to write a new bundle at `dst` when it is `src` (`what`, in the message) or a
+    folder that is not empty and not a bundle.
+
+    Raises:
+        BundleError: either.
+    """
+    from serving.manifest import MANIFEST
+
+    if dst.resolve() == src.resolve():
+        raise BundleError(f"{dst}: --out must not be {what}")
+    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
+        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+
+
+def copy_listed(bundle: Any, src: Path, dst: Path) -> None:
+    """Copy every file monitor.json lists from the bundle at `src` to `dst`."""
+    for name in bundle.manifest.files:
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / name, dst / name)
 
 
 def _copy(
@@ -53,9 +70,7 @@ def _copy(
     from serving.bundle import load_bundle
     from serving.manifest import Manifest, write_manifest
 
-    for name in bundle.manifest.files:
-        (dst / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src / name, dst / name)
+    copy_listed(bundle, src, dst)
     # validated (not model_copy): the policy takes the new table's schedule
     manifest = Manifest.model_validate(
         {

@@ -136,12 +136,16 @@ def _served_section(
             "choice calibrated on such runs only; other runs as above "
             '(docs/BUNDLE.md, "Known tasks"):',
         ]
+        refused = Thresholds(math.inf, math.inf, "refused")
         for g in sorted(choice.known.chosen):
+            # any prior: Choice.served decides whether the known-task choice serves the group
+            kth = choice.served(g, target, refused, prior=t.p0)
             if g in choice.recalibrated:
-                lines.append(f"- {md(g)}: served as above (re-calibrated)")
-                continue
-            kth = choice.known.known_served(g, target, None)
-            name = kth.scorer if kth is not None else "as above (no known-task threshold)"
+                name = "served as above (re-calibrated)"
+            elif kth.task_prior is None:
+                name = "as above (no known-task threshold)"
+            else:
+                name = kth.scorer
             lines.append(f"- {md(g)}: {md(name)}")
     return lines
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +63,8 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             empty and not a bundle.
     """
     from serving.bundle import CANDIDATES, load_bundle
-    from serving.manifest import MANIFEST, write_manifest
+    from serving.manifest import write_manifest
+    from training.export.calibrated import check_out_dir, copy_listed
 
     src, dst = Path(bundle), Path(out)
     b = load_bundle(src)
@@ -75,10 +75,7 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
     if not cands.get("known_tasks"):
         why = cands.get("known_tasks_refused") or "trained without train.task_prior_min_runs"
         raise BundleError(f"{cands_path}: no known-task table to add to ({why})")
-    if dst.resolve() == src.resolve():
-        raise BundleError(f"{dst}: --out must not be the bundle itself")
-    if dst.exists() and any(dst.iterdir()) and not (dst / MANIFEST).is_file():
-        raise BundleError(f"{dst}: not empty and not a bundle; refusing to overwrite")
+    check_out_dir(src, dst, "the bundle itself")
     table = TaskPrior.from_json(cands["known_tasks"]["prior"])
     if table.counts and not table.seen:
         raise BundleError(
@@ -99,9 +96,7 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
     over = sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
     cands["known_tasks"]["prior"] = table.to_json()
     with atomic_dir(dst) as tmp:
-        for name in b.manifest.files:
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / name, tmp / name)
+        copy_listed(b, src, tmp)
         (tmp / CANDIDATES).write_text(json.dumps(cands) + "\n", encoding="utf-8")
         result = Added(added, already, unlabelled, no_task, before, len(table.counts), most, over)
         card = tmp / "README.md"
