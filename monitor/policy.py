@@ -113,6 +113,26 @@ def warn_evidence(
     return ev
 
 
+_WARN_REASON = {
+    "steps": "step_budget",
+    "tokens": "token_budget",
+    "cost_usd": "cost_budget",
+    "wall_seconds": "wall_clock",
+    "max_repeat": "repeat_loop",
+    "no_new_info": "no_progress",
+}
+"""The warn reason of each budget signal in the warn band."""
+
+
+def warn_reason(warn: dict[str, Any]) -> str:
+    """The reason of a budget warning (`warn_evidence` without a score): the budget most used."""
+    signal = max(
+        (k.removesuffix("_used") for k in warn if k.endswith("_used")),
+        key=lambda s: warn[f"{s}_used"],
+    )
+    return _WARN_REASON[signal]
+
+
 def hits_evidence(hits: list[Hit]) -> dict[str, Any]:
     """Evidence dict of the hits: signal -> {value, limit, reason}."""
     return {h.signal: {"value": h.value, "limit": h.limit, "reason": h.reason} for h in hits}

@@ -2,7 +2,7 @@
 
 A run is checked at step boundaries k >= min_steps, every `every` steps, and stopped by score at
 the first checked k where the last `persist` checked scores (k's included) all reach the stop
-threshold. monitor.session applies the rule live, one step at a time; `first_stop` and
+threshold. `Streak` applies the rule live, one step at a time (monitor.session); `first_stop` and
 `max_checked_score` apply it to the scores of a recorded run (training, calibration, evaluation),
 so thresholds are fitted and evaluated under exactly the rule a session serves.
 """
@@ -10,7 +10,9 @@ so thresholds are fitted and evaluated under exactly the rule a session serves.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -88,3 +90,32 @@ class Schedule(StrictModel):
         (-inf when fewer than `persist` prefixes are checked)."""
         _, stat = self.stop_statistic(scores)
         return float(stat.max()) if len(stat) else -math.inf
+
+
+class Streak:
+    """The stopping rule live: fed each step's score in order, it says at which step the last
+    `persist` checked scores all reach the threshold (what `first_stop` finds in a recorded
+    run). A checked step without a score (the scorer failed) breaks the streak."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.checked: deque[float] = deque(maxlen=schedule.persist)
+        """The last `persist` checked scores."""
+
+    def crossed(
+        self, k: int, score: float | None, threshold: float | None
+    ) -> dict[str, Any] | None:
+        """Step k's score seen: the stop's evidence when it stops the run here, else None."""
+        if not self.schedule.is_checked(k):
+            return None
+        if score is None:
+            self.checked.clear()
+            return None
+        self.checked.append(score)
+        persist = self.schedule.persist
+        if threshold is None or len(self.checked) < persist or min(self.checked) < threshold:
+            return None
+        ev: dict[str, Any] = {"score": score, "threshold": threshold}
+        if persist > 1:
+            ev["checked_scores"] = list(self.checked)
+        return ev

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -34,23 +33,20 @@ from monitor.errors import Cancelled, VerdictError
 from monitor.feedback import Feedback, RunOutcome
 from monitor.flags import FlagTracker, diff_files
 from monitor.normalise import call_key
-from monitor.policy import PolicyConfig, heuristic_hits, hits_evidence, warn_evidence
+from monitor.policy import (
+    PolicyConfig,
+    heuristic_hits,
+    hits_evidence,
+    warn_evidence,
+    warn_reason,
+)
 from monitor.protocols import Scorer, ScoreSession, takes_keyword
 from monitor.restart_summary import error_line, restart_summary
+from monitor.schedule import Streak
 from monitor.signals import SignalTracker
 from monitor.types import Decision, Flag, RestartPacket, Step
 
 logger = logging.getLogger(__name__)
-
-# Warn reason for each budget signal in the warn band.
-_WARN_REASON = {
-    "steps": "step_budget",
-    "tokens": "token_budget",
-    "cost_usd": "cost_budget",
-    "wall_seconds": "wall_clock",
-    "max_repeat": "repeat_loop",
-    "no_new_info": "no_progress",
-}
 
 
 class Monitor:
@@ -166,8 +162,8 @@ class Session:
         self._last: dict[str, float] = {}
         self._last_error = ""
         self._started = time.monotonic()
-        self._checked: deque[float] = deque(maxlen=config.persist)
-        """The last `persist` checked scores (a checked step without a score clears it)."""
+        self._streak = Streak(config)
+        """The stopping rule by score (the last `persist` checked scores)."""
 
     @property
     def k(self) -> int:
@@ -200,7 +196,7 @@ class Session:
             return self._stop(hits[0].reason, hits_evidence(hits), values, event="check")
         warn = warn_evidence(values, self.config)
         if warn:
-            return Decision("warn", self._warn_reason(warn), step=self.k, evidence=warn)
+            return Decision("warn", warn_reason(warn), step=self.k, evidence=warn)
         return Decision("continue", step=self.k)
 
     def observe(self, step: Step) -> Decision:
@@ -230,28 +226,15 @@ class Session:
         hits = heuristic_hits(values, self.config, self.tracker.compaction_steps)
         if hits:
             return self._stop(hits[0].reason, hits_evidence(hits), values, score, threshold, flags)
-        if self.config.is_checked(k):
-            if score is None:
-                self._checked.clear()  # a gap breaks the streak
-            else:
-                self._checked.append(score)
-        if (
-            score is not None
-            and threshold is not None
-            and self.config.is_checked(k)
-            and len(self._checked) == self.config.persist
-            and min(self._checked) >= threshold
-        ):
-            ev: dict[str, Any] = {"score": score, "threshold": threshold}
-            if self.config.persist > 1:
-                ev["checked_scores"] = list(self._checked)
+        ev = self._streak.crossed(k, score, threshold)
+        if ev is not None:
             return self._stop("predicted_failure", ev, values, score, threshold, flags)
         if failed:
             decision = Decision("continue", "monitor_error", step=k, flags=flags)
         else:
             warn = warn_evidence(values, self.config, score=score, warn_threshold=warn_threshold)
             if warn:
-                reason = "predicted_failure" if "score" in warn else self._warn_reason(warn)
+                reason = "predicted_failure" if "score" in warn else warn_reason(warn)
                 decision = Decision("warn", reason, score, threshold, k, warn, flags)
             else:
                 decision = Decision("continue", "ok", score, threshold, k, {}, flags)
@@ -376,13 +359,6 @@ class Session:
             self._seen_diff = self.diff
             flags += self.flag_tracker.add_files(diff_files(self.diff), k)
         return flags
-
-    def _warn_reason(self, warn: dict[str, Any]) -> str:
-        signal = max(
-            (k.removesuffix("_used") for k in warn if k.endswith("_used")),
-            key=lambda s: warn[f"{s}_used"],
-        )
-        return _WARN_REASON[signal]
 
     def _stop(
         self,

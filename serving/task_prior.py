@@ -9,6 +9,11 @@ smoothed by one pseudo-run at the table's overall failure rate p0:
 
     prior = (unresolved others + p0) / (others + 1)
 
+A task with more other-agent runs than `max_others` (the most any calibration run had) counts as
+`max_others` runs at its own failure rate: the prior is never sharper than calibration saw, so
+verdicts added later (`failfast known-tasks`, e.g. a leaderboard's many submissions) cannot push
+scores past what the thresholds were calibrated on (docs/RESULTS.md, "prior sharpness").
+
 A task with fewer than `min_runs` other-agent runs is unknown (`prior` returns None) and the
 bundle serves its ordinary choice there. On known tasks it serves the choice calibrated on known
 calibration runs only (serving.choice, `Choice.known`), among candidates that include
@@ -47,6 +52,8 @@ class TaskPrior:
         families: threshold group -> the agent family its runs have in `counts` (a run whose
             harness names its group, or no agent, is still kept out of its own prior).
         seen: `run_digest` of every run counted (a run added twice is counted once).
+        max_others: a task's other-agent runs count as at most this many, at their own failure
+            rate (0: no cap; training sets the most any known calibration run had).
     """
 
     counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)
@@ -55,12 +62,15 @@ class TaskPrior:
     weight: float = 1.0
     families: dict[str, str] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
+    max_others: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.p0 < 1.0:
             raise ValueError(f"p0 {self.p0} is not in (0, 1): the table needs both verdicts")
         if self.min_runs < 1:
             raise ValueError(f"min_runs {self.min_runs} < 1")
+        if self.max_others < 0 or 0 < self.max_others < self.min_runs:
+            raise ValueError(f"max_others {self.max_others} is neither 0 nor >= min_runs")
 
     @classmethod
     def from_verdicts(
@@ -133,7 +143,13 @@ class TaskPrior:
         runs, fails = self.others(instance_id, agent)
         if runs < self.min_runs:
             return None
+        if 0 < self.max_others < runs:  # the same rate, no more evidence than calibration saw
+            return (fails * self.max_others / runs + self.p0) / (self.max_others + 1)
         return (fails + self.p0) / (runs + 1)
+
+    def most_others(self, tasks: Iterable[tuple[str, str]]) -> int:
+        """The most other-agent runs any of these (instance id, agent) pairs has (0: none)."""
+        return max((self.others(i, a)[0] for i, a in tasks), default=0)
 
     def combine(self, monitor: float, prior: float) -> float:
         """`monitor_prior` of one score (`combine`, with this table's weight)."""
@@ -147,6 +163,7 @@ class TaskPrior:
             "counts": self.counts,
             "families": self.families,
             "seen": sorted(self.seen),
+            "max_others": self.max_others,
         }
 
     @classmethod
@@ -161,7 +178,13 @@ class TaskPrior:
         families = {str(g): str(a) for g, a in dict(d.get("families") or {}).items()}
         seen = {str(x) for x in d.get("seen") or ()}
         return cls(
-            counts, p0, int(d.get("min_runs", 4)), float(d.get("weight", 1.0)), families, seen
+            counts,
+            p0,
+            int(d.get("min_runs", 4)),
+            float(d.get("weight", 1.0)),
+            families,
+            seen,
+            int(d.get("max_others", 0)),
         )
 
 

@@ -48,6 +48,20 @@ def test_the_prior_counts_other_agents_verdicts_only_and_needs_min_runs() -> Non
     )
 
 
+def test_more_other_runs_than_the_cap_count_as_the_cap_at_their_own_rate() -> None:
+    t = _prior()
+    p0 = t.p0
+    t.max_others = 5  # inst-3 for agent A: 9 other runs, 2 unresolved
+    assert t.prior("inst-3", "A") == pytest.approx((2 * 5 / 9 + p0) / 6)
+    assert t.prior("inst-3", "mini-swe-agent") == pytest.approx((3 + p0) / 5)  # 4 <= 5: as is
+    assert TaskPrior.from_json(json.loads(json.dumps(t.to_json()))) == t
+    assert TaskPrior.from_json({k: v for k, v in t.to_json().items() if k != "max_others"}) == (
+        TaskPrior(t.counts, p0, t.min_runs, t.weight, t.families, t.seen)  # older tables: no cap
+    )
+    with pytest.raises(ValueError, match="max_others"):
+        TaskPrior({}, 0.5, 4, max_others=3)
+
+
 def test_the_served_table_equals_the_measured_leave_agent_out_prior() -> None:
     verdicts = [*OTHERS, *OWN, *P0_RUNS]
     runs = [
@@ -272,3 +286,27 @@ def test_known_tasks_command_refuses_a_table_that_cannot_tell_runs_apart(
     with pytest.raises(BundleError, match="no known-task table"):
         add_verdicts(plain, tmp_path / "new2", [RUN])
     assert not (tmp_path / "new").exists()
+
+
+def test_known_tasks_command_caps_a_task_given_more_runs_than_calibration_saw(
+    base: Path, tmp_path: Path
+) -> None:
+    from training.export.known_tasks import add_verdicts
+
+    cands = _known_candidates(Scorer.load(base), "monitor_prior")
+    table = TaskPrior.from_verdicts(
+        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
+    )
+    table.max_others = 4
+    cands["known_tasks"]["prior"] = table.to_json()
+    bundle = _bundle(tmp_path, base, cands)
+    new_task = make_run(9, seed=11)
+    many = [
+        Trajectory(id=f"n{i}", instance_id="inst-11", agent=f"other-{i}", resolved=i < 2)
+        for i in range(8)
+    ]  # 8 other-agent runs, 6 unresolved: counted as 4 runs, 3 unresolved
+    done = add_verdicts(bundle, tmp_path / "new", many)
+    assert (done.added, done.over_calibration, done.most_runs_before) == (8, 1, 4)
+    assert any("counts as 4 runs at its own failure rate" in line for line in done.lines())
+    th = Scorer.load(tmp_path / "new").served(new_task.agent, instance_id="inst-11")
+    assert th.task_prior == pytest.approx((3 + table.p0) / 5)

@@ -8,7 +8,7 @@ import pytest
 
 from monitor.types import Trajectory
 from serving.choice import Choice
-from serving.task_prior import MONITOR_PRIOR, PRIOR
+from serving.task_prior import MONITOR_PRIOR, PRIOR, TaskPrior
 from training.data.records import RunRecord
 from training.evaluate.known_tasks import (
     known_candidates,
@@ -79,6 +79,9 @@ def test_known_candidates_load_as_the_bundles_known_choice() -> None:
     section = known_candidates(recs, th, scorers=["monitor", "signals_lr", "tfidf_lr"],
                                prior=table)  # fmt: skip
     assert {PRIOR, MONITOR_PRIOR, "monitor", "stack"} <= set(section["thresholds"])
+    # the cap is the most other-agent runs a calibration run had (two here), the table unchanged
+    assert section["prior"]["max_others"] == 2
+    assert table.max_others == 0
     assert section["calibration_runs"] == len(recs)
     choice = Choice.from_json({"thresholds": {}, "known_tasks": section}, None)
     assert choice.known is not None
@@ -158,3 +161,36 @@ def test_the_gated_comparison_takes_each_runs_path_by_its_groups_choices() -> No
     assert out.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 3, "B/0": 4}
     assert counts == {"0.05": {"known": 0, "ordinary": 2}}
     assert b.stops[SELECTED_PER_TARGET][0.05] == {"A/0": 7, "B/0": 8}  # left as it was
+
+
+def test_the_sharpness_stress_inflates_counts_and_drops_the_cap_only_when_asked() -> None:
+    from monitor.schedule import Schedule
+    from training.calibrate.thresholds import pick_thresholds
+    from training.evaluate.shipped import shipped_candidates
+    from training.experiments.prior_sharpness import inflated, markdown, stress
+
+    recs = _records(60)
+    cal, test = recs[:120], recs[120:]
+    table = _table(cal)
+    th = pick_thresholds(
+        cal, schedule=Schedule(min_steps=2), targets=[0.1], margin=2.0, fallback="none"
+    )
+    scorers = ["monitor", "signals_lr", "tfidf_lr"]
+    cands = shipped_candidates(cal, th, scorers=scorers)
+    cands["known_tasks"] = known_candidates(cal, th, scorers=scorers, prior=table, ordinary=cands)
+    capped = TaskPrior.from_json(cands["known_tasks"]["prior"])
+    assert capped.max_others == 2
+    big = inflated(capped, 5, capped=True)
+    assert big.counts["t0"]["A"] == [5 * c for c in capped.counts["t0"]["A"]]
+    assert big.prior("t0", "A") == pytest.approx(capped.prior("t0", "A"))  # the cap holds it
+    assert inflated(capped, 5, capped=False).max_others == 0
+    rows = stress(test, th, cands, factors=[1, 5], targets=[0.1])
+    assert [(r["factor"], r["capped"]) for r in rows] == [
+        (1, True),
+        (1, False),
+        (5, True),
+        (5, False),
+    ]
+    assert rows[0]["overall"] == rows[1]["overall"]  # nothing to cap at factor 1
+    assert rows[0]["overall"]["runs"] == len(test)  # every test task is known
+    assert markdown(rows).count("\n") == 2 + len(rows)

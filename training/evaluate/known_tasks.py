@@ -69,6 +69,10 @@ def known_candidates(
     run's task is known."""
     from training.evaluate.shipped import shipped_candidates
 
+    # the cap (TaskPrior.max_others): the most other-agent runs a known calibration run has
+    prior = copy.deepcopy(prior)
+    most = prior.most_others((r.instance_id, r.agent) for r in calibration)
+    prior.max_others = most if most >= prior.min_runs else 0
     known = known_records(calibration, prior)
     if not known:
         raise ValueError(

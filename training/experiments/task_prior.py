@@ -24,6 +24,8 @@ priors of the same kind). `--max-others K` keeps K of each run's other-agent run
 per run): a task seen a few times, not eight. `--own-agent` counts the agent's own other runs of
 the task too (never the run itself): attempt k of a pass@k run, or the attempt after a restart.
 `--min-runs M` gives a task with fewer than M other runs the corpus rate p0, as if unseen.
+`--count-as N` counts every task's other runs as N runs at their own failure rate (a prior whose
+sharpness does not grow with the number of verdicts).
 `--known-only` (with `--min-runs M`) keeps only the runs whose task has M or more other-agent
 runs, in the records and in the calibration records: what the bundle serves (serving.task_prior),
 where known tasks get their own choice calibrated on known calibration runs only, and unknown
@@ -66,13 +68,16 @@ def leave_agent_out_priors(
     seed: int = 0,
     own_agent: bool = False,
     min_runs: int = 0,
+    count_as: int = 0,
 ) -> dict[str, float]:
     """P(unresolved) of each labelled run's task from other agents' runs of it (module docstring);
     runs without a verdict are neither scored nor counted. `max_others` > 0 keeps that many of
     the other runs, drawn per run from `seed` and the run's id. `own_agent`: the agent's own
     other runs of the task count too (attempts k > 1, or a restart; never the run itself).
     `min_runs`: a task with fewer other runs gets p0, as if nobody had run it (what a served
-    prior would do below its minimum: fall back to the monitor alone)."""
+    prior would do below its minimum: fall back to the monitor alone). `count_as` > 0: every
+    task's other runs count as that many at their own failure rate (the prior's sharpness fixed,
+    so more verdicts per task change only its rate)."""
     labelled, p0 = _labelled(runs, "a task prior")
     by_task: dict[str, list[tuple[str, str, bool]]] = {}
     for r in labelled:
@@ -91,7 +96,10 @@ def leave_agent_out_priors(
         if len(others) < min_runs:
             out[r.id] = p0
             continue
-        out[r.id] = (sum(f for _, f in others) + p0) / (len(others) + 1)
+        n, fails = len(others), float(sum(f for _, f in others))
+        if count_as:
+            n, fails = count_as, fails * count_as / n
+        out[r.id] = (fails + p0) / (n + 1)
     return out
 
 
@@ -182,6 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--min-runs", type=int, default=0, help="fewer other runs: no prior (p0)")
     p.add_argument(
+        "--count-as",
+        type=int,
+        default=0,
+        help="every task's other runs count as this many at their own rate (0: as they are)",
+    )
+    p.add_argument(
         "--known-only", action="store_true", help="keep only runs of tasks with --min-runs others"
     )
     p.add_argument(
@@ -207,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             own_agent=args.own_agent,
             min_runs=args.min_runs,
+            count_as=args.count_as,
         )
     for view in args.views:
         if not (args.a / view / "records.parquet").is_file():

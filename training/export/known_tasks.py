@@ -4,8 +4,10 @@ choice, e.g. the verdicts of the runs a main job held out for its test split, or
 runs of the benchmark tasks you rerun.
 
 The known-task choice's thresholds are not changed: they were calibrated with priors from as
-many other-agent runs per task as the training data had. A task given many more runs than any
-task had then has a sharper prior than calibration saw; the command counts such tasks and says so.
+many other-agent runs per task as the training data had. A task given more runs than that counts
+as that many at its own failure rate (serving.task_prior.TaskPrior.max_others, the cap), so its
+prior is no sharper than calibration saw; the command counts such tasks and says so. A table
+written before the cap has none: there such tasks get sharper priors, and the command says that.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ class Added:
     no_task: int  # no instance id
     tasks_before: int
     tasks_after: int
-    most_runs_before: int  # the most runs any task had (what calibration saw at most)
+    most_runs_before: int  # the cap (max_others), else the most runs any task had before
     over_calibration: int  # tasks that now have more runs than that
+    capped: bool = True  # the table caps other-agent runs at most_runs_before
 
     def lines(self) -> list[str]:
         out = [
@@ -44,11 +47,18 @@ class Added:
             f"{self.unlabelled} without a verdict, {self.no_task} without an instance id)",
             f"tasks in the table: {self.tasks_before} -> {self.tasks_after}",
         ]
-        if self.over_calibration:
+        if self.over_calibration and self.capped:
+            out.append(
+                f"{self.over_calibration} tasks now have more than {self.most_runs_before} runs, "
+                "the most other-agent runs any calibration run had: each counts as "
+                f"{self.most_runs_before} runs at its own failure rate (the table's cap)"
+            )
+        elif self.over_calibration:
             out.append(
                 f"note: {self.over_calibration} tasks now have more than {self.most_runs_before} "
-                "runs, the most any task had when the known-task choice was calibrated: their "
-                "priors are sharper than calibration saw (not measured)"
+                "runs, the most any task had when the known-task choice was calibrated, and this "
+                "table has no cap (trained before it): their priors are sharper than calibration "
+                "saw (docs/RESULTS.md, prior sharpness: the FPR can rise); train the bundle again"
             )
         return out
 
@@ -82,7 +92,8 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             f"{cands_path}: its table does not record which runs it counted (written before "
             "`seen`), so the same runs could be counted twice; train the bundle again"
         )
-    before, most = len(table.counts), table.most_runs()
+    before = len(table.counts)
+    most = table.max_others or table.most_runs()
     added = already = unlabelled = no_task = 0
     for r in runs:
         if r.resolved is None:
@@ -93,12 +104,27 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             added += 1
         else:
             already += 1
-    over = sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
+    if table.max_others:  # tasks some run of which would see more other-agent runs than the cap
+        over = sum(
+            any(table.others(i, a)[0] > most for a in per) for i, per in table.counts.items()
+        )
+    else:
+        over = sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
     cands["known_tasks"]["prior"] = table.to_json()
     with atomic_dir(dst) as tmp:
         copy_listed(b, src, tmp)
         (tmp / CANDIDATES).write_text(json.dumps(cands) + "\n", encoding="utf-8")
-        result = Added(added, already, unlabelled, no_task, before, len(table.counts), most, over)
+        result = Added(
+            added,
+            already,
+            unlabelled,
+            no_task,
+            before,
+            len(table.counts),
+            most,
+            over,
+            capped=bool(table.max_others),
+        )
         card = tmp / "README.md"
         if card.is_file():  # the card says where the added verdicts came from
             extra = "\n## Verdicts added (`failfast known-tasks`)\n\n" + "".join(
