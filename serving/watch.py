@@ -120,6 +120,7 @@ class TranscriptWatch:
         fmt: str | None = None,
         agent: str | None = None,
         source: str | None = None,
+        instance_id: str | None = None,
         max_bytes: int = MAX_TRANSCRIPT_BYTES,
         max_steps: int = MAX_STEPS,
         on_replace: Literal["new", "stop"] = "new",
@@ -130,6 +131,8 @@ class TranscriptWatch:
         self.fmt = fmt
         self.agent = agent
         self.source = source
+        self.instance_id = instance_id
+        """The task's id for every run of the file (None: each transcript's own)."""
         self.max_bytes = max_bytes
         self.max_steps = max_steps
         self.on_replace = on_replace
@@ -211,7 +214,7 @@ class TranscriptWatch:
             self.agent or traj.agent or None,
             run=run,
             source=self.source or traj.source,
-            instance_id=traj.instance_id,  # a known task is served by its own choice
+            instance_id=self.instance_id or traj.instance_id,  # a known task: its own choice
         )
         self.seen = 0
         self.ended = False

@@ -118,12 +118,14 @@ def read_run(
     max_steps: int = MAX_STEPS,
     agent: str | None = None,
     source: str | None = None,
+    instance_id: str | None = None,
 ) -> Trajectory:
     """The event's transcript (a regular file within the limits); TranscriptError otherwise.
 
     `agent` (default "claude-code") is the name the model reads in its header; `source` the
     threshold group of a source-keyed bundle (default: the transcript's folder name, which no
-    bundle is calibrated for: pass the name given to `failfast calibrate --agent`)."""
+    bundle is calibrated for: pass the name given to `failfast calibrate --agent`);
+    `instance_id` the task's id a bundle with known tasks looks up (default: the transcript's)."""
     from monitor.errors import TranscriptTooLarge
     from serving.transcripts import read_transcript
 
@@ -135,6 +137,8 @@ def read_run(
     traj.agent = agent or traj.agent or AGENT
     if source:
         traj.source = source
+    if instance_id:
+        traj.instance_id = instance_id
     return traj
 
 
@@ -148,6 +152,7 @@ def decide(
     deadline: float | None = None,
     agent: str | None = None,
     source: str | None = None,
+    instance_id: str | None = None,
 ) -> Decision:
     """Score the event's transcript and replay the policy; the first stop, else the last decision.
 
@@ -156,7 +161,14 @@ def decide(
     """
     from serving.runs import score_transcript
 
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
+    traj = read_run(
+        event,
+        max_bytes=max_bytes,
+        max_steps=max_steps,
+        agent=agent,
+        source=source,
+        instance_id=instance_id,
+    )
     cancelled = None if deadline is None else (lambda: time.monotonic() > deadline)
     return score_transcript(scorer, traj, policy=policy, cancelled=cancelled).final
 
@@ -174,6 +186,7 @@ def decide_remote(
     max_steps: int = MAX_STEPS,
     agent: str | None = None,
     source: str | None = None,
+    instance_id: str | None = None,
 ) -> Decision:
     """Like `decide`, but a running `failfast serve` at `url` scores the steps (POST /v1/score).
 
@@ -182,7 +195,14 @@ def decide_remote(
             (one deadline for connect, send and the whole answer), answers with an error
             status, or its answer has no usable decision.
     """
-    traj = read_run(event, max_bytes=max_bytes, max_steps=max_steps, agent=agent, source=source)
+    traj = read_run(
+        event,
+        max_bytes=max_bytes,
+        max_steps=max_steps,
+        agent=agent,
+        source=source,
+        instance_id=instance_id,
+    )
     body = {
         "steps": [s.to_dict() for s in traj.steps],
         "task": traj.task,
@@ -191,6 +211,8 @@ def decide_remote(
     }
     if traj.source:
         body["source"] = traj.source
+    if instance_id:  # only when named: a transcript's own id (a session uuid) is no task id
+        body["instance_id"] = instance_id
     endpoint = url.rstrip("/") + "/v1/score"
     request = urllib.request.Request(
         endpoint,
@@ -280,6 +302,7 @@ def run_hook(
     deadline: float | None = None,
     agent: str | None = None,
     source: str | None = None,
+    instance_id: str | None = None,
 ) -> dict[str, Any]:
     """Handle one hook event; never raises (a failing monitor must not block the session).
 
@@ -293,10 +316,10 @@ def run_hook(
         max_bytes, max_steps: limits of the transcript (past them: monitor_error, no output).
         deadline: time.monotonic() by which a `scorer` must have decided (`--timeout` with
             `--bundle`); past it: monitor_error, no output.
-        agent, source: `--agent` and `--source` (see `read_run`).
+        agent, source, instance_id: `--agent`, `--source`, `--instance-id` (see `read_run`).
     """
     limits: dict[str, Any] = {"max_bytes": max_bytes, "max_steps": max_steps}
-    limits |= {"agent": agent, "source": source}
+    limits |= {"agent": agent, "source": source, "instance_id": instance_id}
     try:
         path = event.get("transcript_path")
         if not path:

@@ -52,6 +52,7 @@ class SuperviseConfig:
     fmt: str | None = None
     agent: str | None = None
     source: str | None = None
+    instance_id: str | None = None
     task: str = ""
     budgets: Budgets = field(default_factory=Budgets)
     interval: float = 0.5
@@ -193,6 +194,7 @@ class Supervisor:
             fmt=cfg.fmt,
             agent=cfg.agent,
             source=cfg.source,
+            instance_id=cfg.instance_id,
             max_bytes=cfg.max_bytes,
             max_steps=cfg.max_steps,
             on_new_run=new_run,

@@ -129,6 +129,7 @@ def _hook(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         agent=args.agent,
         source=args.source,
+        instance_id=args.instance_id,
     )
     if out:
         print(json.dumps(out))
@@ -193,6 +194,7 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
         fmt=args.format,
         agent=args.agent,
         source=args.source,
+        instance_id=args.instance_id,
         max_bytes=args.max_bytes,
         max_steps=args.max_steps,
         on_replace=args.on_replace,

@@ -65,7 +65,8 @@ def bundle_or_url_args(p: argparse.ArgumentParser) -> None:
 
 
 def group_args(p: argparse.ArgumentParser) -> None:
-    """--agent and --source, as `score`, `watch`, `supervise` and the Claude Code hook take them."""
+    """--agent, --source and --instance-id, as `score`, `watch`, `supervise` and the Claude Code
+    hook take them."""
     p.add_argument(
         "--agent",
         default=None,
@@ -79,6 +80,14 @@ def group_args(p: argparse.ArgumentParser) -> None:
         help="threshold group of a source-keyed bundle (the quick and default configs), e.g. the "
         "name given to `failfast calibrate --agent`; scores unchanged (default: the "
         "transcript's source, its folder name for most formats)",
+    )
+    p.add_argument(
+        "--instance-id",
+        default=None,
+        metavar="ID",
+        help="the task's id, e.g. a SWE-bench instance id: a bundle with a table of known tasks "
+        "serves a task other agents have run by its known-task choice (docs/USAGE.md, known "
+        "tasks); scores unchanged otherwise (default: the transcript's)",
     )
 
 

@@ -74,6 +74,8 @@ def _score(args: argparse.Namespace) -> int:
             traj.agent = args.agent
         if args.source:
             traj.source = args.source
+        if args.instance_id:
+            traj.instance_id = args.instance_id
         scorer = load_scorer(args)
         result = score_transcript(scorer, traj)
     except (TranscriptError, BundleError) as e:

@@ -127,6 +127,7 @@ def _supervise(args: argparse.Namespace) -> int:
         fmt=args.format,
         agent=args.agent,
         source=args.source,
+        instance_id=args.instance_id,
         task=task,
         budgets=Budgets(caps, warn_fraction=args.warn_fraction),
         interval=args.interval,
