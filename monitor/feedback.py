@@ -5,7 +5,9 @@ A harness reports each finished run's verdict (`Session.verdict`, or over HTTP
 thresholds, everything else under "other") a `monitor.drift.FprWatch` at the served target counts
 resolved runs and, of those, runs the monitor asked to stop (a "stop" decision at any step, any
 reason); its anytime-valid interval flags drift once its lower end passes the target, with one
-WARNING line on the `failfast.drift` logger.
+WARNING line on the `failfast.drift` logger. A run the bundle served by its known-task choice
+(serving.task_prior: thresholds calibrated on known-task runs alone) also counts in a second
+watch of its group, `known_tasks`, so drift on that path is seen apart from the rest.
 
 Which verdicts count (docs/USAGE.md, "Verdict feedback"): only a run that went on to its own
 end says whether a stop was a false positive. A run stopped at step k that received no step after
@@ -67,6 +69,8 @@ class RunOutcome:
     verdict: bool | None = None
     source: str = ""
     """The run's source (its group when the bundle's thresholds are keyed by source)."""
+    known_task: bool = False
+    """The bundle served the run by its known-task choice (a task prior from other agents)."""
 
     @property
     def stopped(self) -> bool:
@@ -112,6 +116,10 @@ class Feedback:
         self.groups = sorted({str(g) for g in groups} - {OTHER}) + [OTHER]
         self.watches = {g: FprWatch(self.target, alpha=self.alpha) for g in self.groups}
         self.flagged_at: dict[str, float] = {}
+        self.known_watches: dict[str, FprWatch] = {}
+        """Per group, the watch of its runs served by the known-task choice (made on the first
+        such verdict counted)."""
+        self.known_flagged_at: dict[str, float] = {}
         self.verdicts: Counter[tuple[str, str]] = Counter()  # (group, outcome label) -> n
         self._closed: OrderedDict[str, RunOutcome] = OrderedDict()
         self._by_run: dict[str, str] = {}
@@ -196,28 +204,28 @@ class Feedback:
             outcome.verdict = bool(resolved)
             why = self._not_counted(outcome, finished)
             watch = self.watches[group]
-            flagged = False
+            flagged = known_flagged = False
+            known = None
             if why is None:
                 flagged = watch.add(resolved=bool(resolved), stopped=outcome.stopped)
                 label = "resolved" if resolved else "unresolved"
+                if outcome.known_task:
+                    known = self.known_watches.setdefault(
+                        group, FprWatch(self.target, alpha=self.alpha)
+                    )
+                    known_flagged = known.add(resolved=bool(resolved), stopped=outcome.stopped)
             else:
                 label = "not_counted"
             self.verdicts[(group, label)] += 1
             if flagged:
                 self.flagged_at[group] = time.time()
+            if known_flagged:
+                self.known_flagged_at[group] = time.time()
             state = self._watch_dict(group)
         if flagged:
-            log.warning(
-                "drift: %s realized FPR %.3f (%d of %d resolved runs stopped), interval "
-                "[%.3f, %.3f] lies above the target %g; recalibrate (failfast calibrate)",
-                group,
-                watch.fpr or 0.0,
-                watch.stopped,
-                watch.resolved,
-                watch.lower,
-                watch.upper,
-                self.target,
-            )
+            self._warn(group, watch)
+        if known_flagged and known is not None:
+            self._warn(f"{group} (known tasks: its known-task choice)", known)
         result = {
             "session_id": outcome.session or None,
             "run": outcome.run,
@@ -228,9 +236,11 @@ class Feedback:
             "stop_step": outcome.stop_step,
             "counted": why is None,
             "not_counted_because": why,
-            "flagged_now": flagged,
+            "flagged_now": flagged or known_flagged,
             "watch": state,
         }
+        if outcome.known_task:
+            result["known_task"] = True
         if self.log is not None:
             self.log.write(
                 {
@@ -245,11 +255,25 @@ class Feedback:
                     "stop_step": outcome.stop_step,
                     "steps": outcome.steps,
                     "shadow": outcome.shadow,
+                    **({"known_task": True} if outcome.known_task else {}),
                     "counted": why is None,
                     **({"key_name": key_name} if key_name else {}),
                 }
             )
         return result
+
+    def _warn(self, name: str, watch: FprWatch) -> None:
+        log.warning(
+            "drift: %s realized FPR %.3f (%d of %d resolved runs stopped), interval "
+            "[%.3f, %.3f] lies above the target %g; recalibrate (failfast calibrate)",
+            name,
+            watch.fpr or 0.0,
+            watch.stopped,
+            watch.resolved,
+            watch.lower,
+            watch.upper,
+            self.target,
+        )
 
     def _not_counted(self, outcome: RunOutcome, finished: bool | None) -> str | None:
         if self.sample == "shadow" and not outcome.shadow:
@@ -276,6 +300,14 @@ class Feedback:
         )
         d["verdicts"] = sum(n for (g, _), n in self.verdicts.items() if g == group)
         d["not_counted"] = self.verdicts[(group, "not_counted")]
+        known = self.known_watches.get(group)
+        if known is not None:
+            k = known.to_dict()
+            at_k = self.known_flagged_at.get(group)
+            k["flagged_at"] = (
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_k)) if at_k is not None else None
+            )
+            d["known_tasks"] = k
         return d
 
     def status(self) -> dict[str, Any]:
@@ -286,7 +318,10 @@ class Feedback:
             "target": self.target,
             "alpha": self.alpha,
             "sample": self.sample,
-            "drift": any(a["drift"] for a in groups.values()),
+            "drift": any(
+                a["drift"] or (a.get("known_tasks") or {}).get("drift", False)
+                for a in groups.values()
+            ),
             "closed_runs_remembered": len(self._closed),
             "groups": groups,
         }
@@ -298,6 +333,10 @@ class Feedback:
             rows = {
                 g: (w.fpr, w.lower, w.upper, w.drift, w.resolved, w.stopped)
                 for g, w in self.watches.items()
+            }
+            known_rows = {
+                g: (w.fpr, w.lower, w.upper, w.drift, w.resolved, w.stopped)
+                for g, w in self.known_watches.items()
             }
             verdicts = dict(self.verdicts)
 
@@ -317,9 +356,17 @@ class Feedback:
             "# TYPE failfast_fpr_target gauge",
             f"failfast_fpr_target {self.target:g}",
         ]
-        for name, help, i in gauges:
+        # the known-task watches (runs served by the known-task choice) as their own series
+        known_gauges = [
+            (n.replace("failfast_fpr_", "failfast_known_tasks_fpr_"), f"{h[:-1]}, known tasks.", i)
+            for n, h, i in gauges
+        ]
+        for (name, help, i), by_group in (
+            *((g, rows) for g in gauges),
+            *((g, known_rows) for g in known_gauges if known_rows),
+        ):
             lines += [f"# HELP {name} {help}", f"# TYPE {name} gauge"]
-            for g, row in rows.items():
+            for g, row in by_group.items():
                 v = row[i]
                 lines.append(
                     f'{name}{{group="{prom_label(g)}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]

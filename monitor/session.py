@@ -306,6 +306,8 @@ class Session:
         }
         if self.source:
             extra["source"] = self.source
+        if self.known_task:
+            extra["known_task"] = True
         if self.scorer is not None and self.scorer.scorer_name != "monitor":
             extra["scorer"] = self.scorer.scorer_name  # `failfast calibrate` skips such runs
         self.log.record(
@@ -330,7 +332,13 @@ class Session:
         o.steps = len(self.scores)
         o.stop_step = self.stopped.step if self.stopped else None
         o.stop_reason = self.stopped.reason if self.stopped else None
+        o.known_task = self.known_task
         return o
+
+    @property
+    def known_task(self) -> bool:
+        """The bundle serves this run by its known-task choice (serving.task_prior)."""
+        return getattr(self.scorer, "task_prior", None) is not None
 
     def verdict(
         self, resolved: bool, *, finished: bool | None = None, key_name: str | None = None

@@ -39,6 +39,7 @@ def _outcome(rec: dict[str, Any]) -> RunOutcome | None:
         stop_reason=str(rec.get("reason")) if isinstance(stop, int) else None,
         shadow=rec.get("shadow") is True,
         source=str(rec.get("source") or ""),
+        known_task=rec.get("known_task") is True,
     )
 
 

@@ -174,3 +174,32 @@ def test_session_verdict_of_an_obeyed_stop_is_not_counted() -> None:
     got = s.verdict(False)
     assert not got["counted"]
     assert monitor.feedback.watches[OTHER].runs == 0
+
+
+def test_known_task_runs_are_also_watched_apart(caplog: pytest.LogCaptureFixture) -> None:
+    """Runs the known-task choice served count in their group and in its known_tasks watch;
+    drift there alone (over-stopping known tasks, e.g. after `failfast known-tasks` added many
+    verdicts) is flagged and named, while the group as a whole is not."""
+    fb = Feedback(0.05, ["a"])
+    assert "known_tasks" not in fb.status()["groups"]["a"]
+    assert "failfast_known_tasks_fpr" not in fb.prometheus_text()
+    for i in range(600):  # ordinary runs: never stopped
+        fb.report(outcome(10, run=f"o{i}"), True)
+    with caplog.at_level(logging.WARNING, logger="failfast.drift"):
+        for i in range(60):  # known-task runs: a third of the resolved ones stopped
+            o = outcome(10, 5 if i % 3 == 0 else None, run=f"k{i}")
+            o.known_task = True
+            got = fb.report(o, True)
+            assert got["known_task"] is True
+    a = fb.status()["groups"]["a"]
+    assert (a["resolved"], a["stopped_resolved"]) == (660, 20)
+    assert a["drift"] is False  # 3% over the group
+    k = a["known_tasks"]
+    assert (k["resolved"], k["stopped_resolved"], k["drift"]) == (60, 20, True)
+    assert k["flagged_at"].endswith("Z")
+    assert fb.status()["drift"] is True
+    warnings = [r.getMessage() for r in caplog.records if r.name == "failfast.drift"]
+    assert len(warnings) == 1 and "a (known tasks" in warnings[0]
+    text = fb.prometheus_text()
+    assert 'failfast_known_tasks_fpr_drift{group="a"} 1' in text
+    assert 'failfast_fpr_drift{group="a"} 0' in text

@@ -310,3 +310,39 @@ def test_known_tasks_command_caps_a_task_given_more_runs_than_calibration_saw(
     assert any("counts as 4 runs at its own failure rate" in line for line in done.lines())
     th = Scorer.load(tmp_path / "new").served(new_task.agent, instance_id="inst-11")
     assert th.task_prior == pytest.approx((3 + table.p0) / 5)
+
+
+def test_a_known_task_runs_verdict_counts_in_its_groups_known_task_watch(
+    base: Path, tmp_path: Path
+) -> None:
+    import io
+
+    from monitor.decision_log import DecisionLog
+    from monitor.session import Monitor
+    from serving.history import closed_sessions
+
+    scorer = Scorer.load(_bundle(tmp_path, base, _known_candidates(Scorer.load(base), "prior")))
+    sink = io.StringIO()
+    monitor = Monitor(scorer=scorer, log=DecisionLog(sink))
+    known = monitor.start(RUN.task, RUN.agent, instance_id=RUN.instance_id, run="k")
+    plain = monitor.start(RUN.task, RUN.agent, instance_id="never-run", run="p")
+    for s in RUN.steps:
+        known.observe(s)
+        plain.observe(s)
+    known.end()
+    plain.end()
+    assert (known.known_task, plain.known_task) == (True, False)
+    assert known.verdict(True)["known_task"] is True
+    assert "known_task" not in plain.verdict(True)
+    group = monitor.feedback.status()["groups"]["mini-swe-agent"]
+    assert (group["resolved"], group["known_tasks"]["resolved"]) == (2, 1)
+    ends = [json.loads(x) for x in sink.getvalue().splitlines()]
+    ends = [e for e in ends if e.get("event") == "end"]
+    assert [e.get("known_task") for e in ends] == [True, None]
+    # a service restarted on this log remembers which closed session was a known task's
+    log = tmp_path / "decisions.jsonl"
+    start = {"event": "start", "bundle_sha256": "x"}
+    lines = [start, *({**e, "session": e["run"]} for e in ends)]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    restored = {o.run: o.known_task for o in closed_sessions(log, "x", 10)}
+    assert restored == {"k": True, "p": False}
