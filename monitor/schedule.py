@@ -113,7 +113,12 @@ class Streak:
             return None
         self.checked.append(score)
         persist = self.schedule.persist
-        if threshold is None or len(self.checked) < persist or min(self.checked) < threshold:
+        # all(>=), as first_stop's `stat >= threshold`: a NaN score or threshold never stops
+        if (
+            threshold is None
+            or len(self.checked) < persist
+            or not all(s >= threshold for s in self.checked)
+        ):
             return None
         ev: dict[str, Any] = {"score": score, "threshold": threshold}
         if persist > 1:

@@ -199,7 +199,8 @@ def test_known_task_runs_are_also_watched_apart(caplog: pytest.LogCaptureFixture
     assert k["flagged_at"].endswith("Z")
     assert fb.status()["drift"] is True
     warnings = [r.getMessage() for r in caplog.records if r.name == "failfast.drift"]
-    assert len(warnings) == 1 and "a (known tasks" in warnings[0]
+    assert len(warnings) == 1
+    assert "a (known tasks" in warnings[0]
     text = fb.prometheus_text()
     assert 'failfast_known_tasks_fpr_drift{group="a"} 1' in text
     assert 'failfast_fpr_drift{group="a"} 0' in text

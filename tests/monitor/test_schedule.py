@@ -81,3 +81,24 @@ def test_stop_statistic_is_the_rolling_min_at_every_checked_prefix() -> None:
         want = [min(x[checked[i - p + 1 : i + 1] - 1]) for i in range(p - 1, len(checked))]
         assert ks.tolist() == checked[p - 1 :].tolist()
         assert stat.tolist() == want
+
+
+def test_the_live_streak_stops_where_first_stop_does_and_never_on_nan() -> None:
+    from monitor.schedule import Streak
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        sched = S(int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 4)))
+        scores = rng.uniform(0, 1, int(rng.integers(1, 15)))
+        scores[rng.uniform(size=len(scores)) < 0.1] = np.nan
+        t = float(rng.choice([0.3, 0.6, 0.9, np.nan, np.inf]))
+        streak = Streak(sched)
+        live = next(
+            (k for k, s in enumerate(scores, 1) if streak.crossed(k, float(s), t) is not None),
+            None,
+        )
+        assert live == sched.first_stop(scores, t)
+    streak = Streak(S(1, 1, 1))
+    assert streak.crossed(1, float("nan"), 0.5) is None
+    assert streak.crossed(2, 0.7, float("nan")) is None
+    assert streak.crossed(3, 0.7, 0.5) == {"score": 0.7, "threshold": 0.5}

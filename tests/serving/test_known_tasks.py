@@ -306,8 +306,10 @@ def test_known_tasks_command_caps_a_task_given_more_runs_than_calibration_saw(
         for i in range(8)
     ]  # 8 other-agent runs, 6 unresolved: counted as 4 runs, 3 unresolved
     done = add_verdicts(bundle, tmp_path / "new", many)
-    assert (done.added, done.over_calibration, done.most_runs_before) == (8, 1, 4)
-    assert any("counts as 4 runs at its own failure rate" in line for line in done.lines())
+    assert (done.added, done.over_calibration, done.over_before, done.most_runs_before) == (
+        8, 1, 0, 4
+    )  # fmt: skip
+    assert any("counts them as 4 at their own failure rate" in line for line in done.lines())
     th = Scorer.load(tmp_path / "new").served(new_task.agent, instance_id="inst-11")
     assert th.task_prior == pytest.approx((3 + table.p0) / 5)
 

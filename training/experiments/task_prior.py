@@ -97,7 +97,7 @@ def leave_agent_out_priors(
             out[r.id] = p0
             continue
         n, fails = len(others), float(sum(f for _, f in others))
-        if count_as:
+        if count_as and n:
             n, fails = count_as, fails * count_as / n
         out[r.id] = (fails + p0) / (n + 1)
     return out

@@ -40,6 +40,7 @@ class Added:
     most_runs_before: int  # the cap (max_others), else the most runs any task had before
     over_calibration: int  # tasks that now have more runs than that
     capped: bool = True  # the table caps other-agent runs at most_runs_before
+    over_before: int = 0  # tasks that had more runs than that before the command
 
     def lines(self) -> list[str]:
         out = [
@@ -49,9 +50,10 @@ class Added:
         ]
         if self.over_calibration and self.capped:
             out.append(
-                f"{self.over_calibration} tasks now have more than {self.most_runs_before} runs, "
-                "the most other-agent runs any calibration run had: each counts as "
-                f"{self.most_runs_before} runs at its own failure rate (the table's cap)"
+                f"{self.over_calibration} tasks now have more than {self.most_runs_before} runs "
+                f"({self.over_before} before), the most other-agent runs any calibration run had: "
+                f"a run that sees more counts them as {self.most_runs_before} at their own "
+                "failure rate (the table's cap)"
             )
         elif self.over_calibration:
             out.append(
@@ -94,6 +96,11 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
         )
     before = len(table.counts)
     most = table.max_others or table.most_runs()
+
+    def over() -> int:  # tasks whose runs exceed `most` (a new agent's run sees all of them)
+        return sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
+
+    over_before = over()
     added = already = unlabelled = no_task = 0
     for r in runs:
         if r.resolved is None:
@@ -104,12 +111,7 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             added += 1
         else:
             already += 1
-    if table.max_others:  # tasks some run of which would see more other-agent runs than the cap
-        over = sum(
-            any(table.others(i, a)[0] > most for a in per) for i, per in table.counts.items()
-        )
-    else:
-        over = sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
+    over_after = over()
     cands["known_tasks"]["prior"] = table.to_json()
     with atomic_dir(dst) as tmp:
         copy_listed(b, src, tmp)
@@ -122,8 +124,9 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             before,
             len(table.counts),
             most,
-            over,
+            over_after,
             capped=bool(table.max_others),
+            over_before=over_before,
         )
         card = tmp / "README.md"
         if card.is_file():  # the card says where the added verdicts came from
