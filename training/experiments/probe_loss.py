@@ -11,6 +11,13 @@ The view's saved records keep their other scores (baselines, length); only "moni
 replaced, and every candidate and the per-group choice are calibrated and judged as
 `failfast crossfit`'s `calibrated` section does. Focus 0 with the same fixed pair is the
 reference, so each variant differs from it in the loss alone. Writes VIEW/probe_loss.json.
+
+`--soft L` (with focus 0, rank 0) fits on soft labels instead: each training run's label
+becomes (1 - L) * its verdict + L * the failure rate of the *other* training runs of its task
+(any agent; its own verdict when none), written as two weighted rows per prefix. One run's
+verdict is a noisy draw of how hard its task is for such agents; the soft label asks the probe
+for the task's rate, which the held-out task's text and early steps may predict better.
+`--soft-scope agent`: the other runs of the task by the same agent only (its other attempts).
 """
 
 from __future__ import annotations
@@ -39,8 +46,11 @@ def monitor_scores(
     pair: tuple[float, float],
     k: int,
     rank: float = 0.0,
+    soft: float = 0.0,
+    scope: str = "task",
 ) -> dict[str, np.ndarray]:
-    """run id -> outer-fold monitor scores of every run of the view under `focus` / `rank`."""
+    """run id -> outer-fold monitor scores of every run of the view under `focus` / `rank` /
+    `soft` (soft labels, module docstring)."""
     from training.data.folds import view_pairs
     from training.pipeline import stages
 
@@ -49,12 +59,55 @@ def monitor_scores(
     out: dict[str, np.ndarray] = {}
     for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=k, seed=cfg.data.split_seed)):
         t = time.perf_counter()
-        stages.fit_head(vcfg, encoder.model, data.subset(list(tr)), grid=[pair])
+        if soft > 0:
+            fit_soft(vcfg, encoder.model, data.subset(list(tr)), pair, soft, scope)
+        else:
+            stages.fit_head(vcfg, encoder.model, data.subset(list(tr)), grid=[pair])
         test = data.subset(list(te))
         for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
             out[run.id] = s
         log.info("focus %g rank %g, pair %d: %.0f s", focus, rank, i, time.perf_counter() - t)
     return out
+
+
+def soft_targets(runs: Sequence[Any], soft: float, scope: str = "task") -> np.ndarray:
+    """Per run: (1 - soft) * unresolved + soft * the unresolved share of the other runs of its
+    task among `runs` (scope "agent": by its own agent only; its own label when it has none)."""
+    by_task: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(runs):
+        by_task.setdefault((r.instance_id, r.agent if scope == "agent" else ""), []).append(i)
+    y = np.array([float(not r.resolved) for r in runs])
+    out = y.copy()
+    for idx in by_task.values():
+        if len(idx) < 2:
+            continue
+        total = y[idx].sum()
+        for i in idx:
+            out[i] = (1 - soft) * y[i] + soft * (total - y[i]) / (len(idx) - 1)
+    return out
+
+
+def fit_soft(
+    cfg: Any, model: Any, train: Any, pair: tuple[float, float], soft: float, scope: str = "task"
+) -> None:
+    """The probe of `model` fitted (in place) on soft labels (`soft_targets`): every example
+    prefix twice, as unresolved with weight w * q and as resolved with weight w * (1 - q)."""
+    from training.data.examples import probe_examples
+    from training.model.probe import ProbeRows, select_probe
+    from training.pipeline.text_probe import probe_rows
+
+    ex = probe_examples(cfg, train.runs)
+    rows = probe_rows(train, ex)
+    q = soft_targets(train.runs, soft, scope)[ex.run]
+    w = np.asarray(rows.weights, dtype=np.float64)
+    both = ProbeRows(
+        np.concatenate([rows.hidden, rows.hidden]),
+        np.concatenate([rows.signals, rows.signals]),
+        np.concatenate([np.ones(len(q), np.int64), np.zeros(len(q), np.int64)]),
+        np.concatenate([w * q, w * (1 - q)]),
+        [*rows.agents, *rows.agents],
+    )
+    select_probe(model, both, pairs=[pair], agent_columns=cfg.model.agent_columns)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,7 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--focus", nargs="+", type=float, default=[0.0, 2.0])
     p.add_argument("--rank", nargs="+", type=float, default=[0.0], help="ranking-loss weights")
+    p.add_argument(
+        "--soft", nargs="+", type=float, default=[0.0], help="soft-label weights (task rate)"
+    )
     p.add_argument("--pair", nargs=2, type=float, default=[0.1, 0.02], metavar=("C", "SCALE"))
+    p.add_argument("--soft-scope", choices=["task", "agent"], default="task")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--n-boot", type=int, default=200)
     args = p.parse_args(argv)
@@ -89,10 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.view_dir / "probe_loss.json"
     done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     pair = (float(args.pair[0]), float(args.pair[1]))
-    for focus, rank in [(f, r) for f in args.focus for r in args.rank]:
+    variants = [(f, r, s) for f in args.focus for r in args.rank for s in args.soft]
+    for focus, rank, soft in variants:
+        if soft and (focus or rank):
+            raise SystemExit("--soft needs focus 0 and rank 0")
         scores = monitor_scores(
-            cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds, rank=rank
-        )
+            cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds, rank=rank, soft=soft,
+            scope=args.soft_scope,
+        )  # fmt: skip
         recs = [
             dataclasses.replace(r, scores={**r.scores, "monitor": scores[r.run_id]})
             for r in records
@@ -102,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             n_boot=args.n_boot,
         )  # fmt: skip
         key = f"focus={focus:g},rank={rank:g},C={pair[0]:g},scale={pair[1]:g}"
+        key += f",soft={soft:g}" + ("" if args.soft_scope == "task" else ",agent") if soft else ""
         done[key] = summary(rep)
         done[key]["per_agent"] = {
             a: {t: {n: row[n] for n in ("monitor", "selected_per_target")}
