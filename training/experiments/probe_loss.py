@@ -18,6 +18,10 @@ becomes (1 - L) * its verdict + L * the failure rate of the *other* training run
 verdict is a noisy draw of how hard its task is for such agents; the soft label asks the probe
 for the task's rate, which the held-out task's text and early steps may predict better.
 `--soft-scope agent`: the other runs of the task by the same agent only (its other attempts).
+
+`--early K` (with focus 0, rank 0, soft 0) adds a second probe fitted on the prefixes of at
+most K steps only; a run is scored by it up to step K and by the ordinary probe after: does a
+probe that sees only what a stop early can see rank the runs alive early better?
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def monitor_scores(
     rank: float = 0.0,
     soft: float = 0.0,
     scope: str = "task",
+    early: int = 0,
 ) -> dict[str, np.ndarray]:
     """run id -> outer-fold monitor scores of every run of the view under `focus` / `rank` /
     `soft` (soft labels, module docstring)."""
@@ -66,6 +71,10 @@ def monitor_scores(
         test = data.subset(list(te))
         for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
             out[run.id] = s
+        if early:
+            fit_early(vcfg, encoder.model, data.subset(list(tr)), pair, early)
+            for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
+                out[run.id] = np.concatenate([s[:early], out[run.id][early:]])
         log.info("focus %g rank %g, pair %d: %.0f s", focus, rank, i, time.perf_counter() - t)
     return out
 
@@ -110,6 +119,17 @@ def fit_soft(
     select_probe(model, both, pairs=[pair], agent_columns=cfg.model.agent_columns)
 
 
+def fit_early(cfg: Any, model: Any, train: Any, pair: tuple[float, float], early: int) -> None:
+    """The probe of `model` fitted (in place) on the example prefixes of at most `early` steps."""
+    from training.data.examples import probe_examples
+    from training.model.probe import select_probe
+    from training.pipeline.text_probe import probe_rows
+
+    ex = probe_examples(cfg, train.runs)
+    rows = probe_rows(train, ex).take(ex.step <= early)
+    select_probe(model, rows, pairs=[pair], agent_columns=cfg.model.agent_columns)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from training.config import load_pipeline_config
     from training.data.records import load_records
@@ -130,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--pair", nargs=2, type=float, default=[0.1, 0.02], metavar=("C", "SCALE"))
     p.add_argument("--soft-scope", choices=["task", "agent"], default="task")
+    p.add_argument(
+        "--early", nargs="+", type=int, default=[0], help="early probes up to these steps"
+    )
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--n-boot", type=int, default=200)
     args = p.parse_args(argv)
@@ -146,13 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = args.view_dir / "probe_loss.json"
     done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     pair = (float(args.pair[0]), float(args.pair[1]))
-    variants = [(f, r, s) for f in args.focus for r in args.rank for s in args.soft]
-    for focus, rank, soft in variants:
-        if soft and (focus or rank):
-            raise SystemExit("--soft needs focus 0 and rank 0")
+    variants = [
+        (f, r, s, e) for f in args.focus for r in args.rank for s in args.soft for e in args.early
+    ]
+    for focus, rank, soft, early in variants:
+        if (soft or early) and (focus or rank) or (soft and early):
+            raise SystemExit("--soft and --early need focus 0 and rank 0, and not each other")
         scores = monitor_scores(
             cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds, rank=rank, soft=soft,
-            scope=args.soft_scope,
+            scope=args.soft_scope, early=early,
         )  # fmt: skip
         recs = [
             dataclasses.replace(r, scores={**r.scores, "monitor": scores[r.run_id]})
@@ -164,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         key = f"focus={focus:g},rank={rank:g},C={pair[0]:g},scale={pair[1]:g}"
         key += f",soft={soft:g}" + ("" if args.soft_scope == "task" else ",agent") if soft else ""
+        key += f",early={early}" if early else ""
         done[key] = summary(rep)
         done[key]["per_agent"] = {
             a: {t: {n: row[n] for n in ("monitor", "selected_per_target")}
