@@ -348,3 +348,38 @@ def test_a_known_task_runs_verdict_counts_in_its_groups_known_task_watch(
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
     restored = {o.run: o.known_task for o in closed_sessions(log, "x", 10)}
     assert restored == {"k": True, "p": False}
+
+
+def test_known_tasks_command_takes_label_files_of_other_agents_runs(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training.cli import main as cli
+
+    cands = _known_candidates(Scorer.load(base), "monitor_prior")
+    table = TaskPrior.from_verdicts(
+        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
+    )
+    cands["known_tasks"]["prior"] = table.to_json()
+    bundle = _bundle(tmp_path, base, cands)
+    files = []
+    for i in range(4):  # four other agents' whole runs: inst-11 failed by three of them
+        report = {"resolved_ids": ["inst-11"] if i == 0 else [], "unresolved_ids": ["inst-12"]}
+        if i:
+            report["unresolved_ids"].append("inst-11")
+        f = tmp_path / f"sub-{i}" / "results" / "results.json"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps(report))
+        files.append(str(f))
+    out = tmp_path / "new"
+    argv = ["known-tasks", str(bundle), "--verdicts", *files, "--out", str(out)]
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2 verdicts of sub-0" in printed
+    assert "verdicts added: 8 runs" in printed
+    th = Scorer.load(out).served("mini-swe-agent", instance_id="inst-11")
+    assert th.task_prior == pytest.approx((3 + table.p0) / 5)
+    # the same files again on the new bundle: each verdict counted once; no input: an error
+    assert cli(["known-tasks", str(out), "--verdicts", *files, "--out", str(tmp_path / "x")]) == 0
+    assert "verdicts added: 0 runs (8 already counted" in capsys.readouterr().out
+    assert cli(["known-tasks", str(bundle), "--out", str(tmp_path / "y")]) == 2
+    assert "--verdicts" in capsys.readouterr().err

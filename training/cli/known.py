@@ -14,8 +14,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="add labelled runs' verdicts to a bundle's table of known tasks (writes a new bundle)",
     )
     p.add_argument("bundle", help="bundle folder trained with train.task_prior_min_runs")
+    p.add_argument("--data", nargs="+", default=[], help="labelled runs: a corpus or transcripts")
     p.add_argument(
-        "--data", nargs="+", required=True, help="labelled runs: a corpus or transcripts"
+        "--verdicts",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="label files of other agents' whole runs, without transcripts (a SWE-bench run "
+        "report, results/results.json of a submission, a mini-swe-agent results_summary.json): "
+        "one verdict per task, the agent named by the submission folder",
+    )
+    p.add_argument(
+        "--verdicts-agent", default=None, help="the agent of every --verdicts file (one agent)"
+    )
+    p.add_argument(
+        "--instances",
+        default=None,
+        metavar="FILE",
+        help="the benchmark's instance ids (one per line, or a JSON list): a --verdicts file of "
+        "plain lists counts every id it does not name as failed, so it needs them",
     )
     p.add_argument(
         "--labels", action="append", default=[], help="label file for raw runs (repeatable)"
@@ -25,13 +42,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _known_tasks(args: argparse.Namespace) -> int:
-    from monitor.errors import BundleError
+    from monitor.errors import BundleError, LabelError
     from training.data.runs import load_runs
     from training.export.known_tasks import add_verdicts
+    from training.export.verdict_files import read_instances, verdict_runs
 
-    runs = load_runs(args.data, labels=args.labels)
-    if not runs:
+    if not args.data and not args.verdicts:
+        print("error: give labelled runs (--data) or label files (--verdicts)", file=sys.stderr)
+        return 2
+    runs = load_runs(args.data, labels=args.labels) if args.data else []
+    if args.data and not runs:
         print(f"error: no run could be read from {' '.join(args.data)}", file=sys.stderr)
+        return 2
+    try:
+        ids = read_instances(args.instances) if args.instances else None
+        for f in args.verdicts:
+            got = verdict_runs(f, agent=args.verdicts_agent, instances=ids)
+            print(f"{f}: {len(got)} verdicts of {got[0].agent if got else 'no agent'}")
+            runs += got
+    except (LabelError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         done = add_verdicts(args.bundle, args.out, runs)
