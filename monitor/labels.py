@@ -169,6 +169,13 @@ def _run_report(path: Path, data: dict[str, Any]) -> LabelFile:
         for i in _ids(data.get(key)):
             lf.verdicts.setdefault(i, None)
     resolved = _ids(data.get("resolved_ids")) + _ids(data.get("resolved"))
+    failed = {i for k in _UNRESOLVED_IDS if k != "completed_ids" for i in _ids(data.get(k))}
+    both = sorted(failed.intersection(resolved))  # completed_ids holds resolved ones too
+    if both:
+        lf.warnings.append(
+            f"{path}: {len(both)} ids listed as resolved and as unresolved (e.g. {both[0]}); "
+            "counted as resolved"
+        )
     lf.verdicts.update(dict.fromkeys(resolved, True))
     lf.named = {i for k, v in data.items() if k.endswith("_ids") for i in _ids(v)}
     lf.named |= set(resolved)
@@ -278,7 +285,7 @@ def load_label(path: str | Path, *, explicit: bool = False) -> LabelFile:
         except RecursionError as e:
             raise LabelError(path, "JSON nested too deeply") from e
     lf = parse_label(path, data)
-    lf.warnings = [str(w.message) for w in caught]
+    lf.warnings = [str(w.message) for w in caught] + lf.warnings
     lf.explicit = explicit
     return lf
 

@@ -383,3 +383,39 @@ def test_known_tasks_command_takes_label_files_of_other_agents_runs(
     assert "verdicts added: 0 runs (8 already counted" in capsys.readouterr().out
     assert cli(["known-tasks", str(bundle), "--out", str(tmp_path / "y")]) == 2
     assert "--verdicts" in capsys.readouterr().err
+
+
+def test_known_tasks_command_counts_a_known_family_as_itself_and_warns(
+    base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training.cli import main as cli
+
+    cands = _known_candidates(Scorer.load(base), "monitor_prior")
+    table = TaskPrior.from_verdicts(
+        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
+    )
+    cands["known_tasks"]["prior"] = table.to_json()
+    bundle = _bundle(tmp_path, base, cands)
+    sub = tmp_path / "20250101_b_model" / "results" / "results.json"
+    sub.parent.mkdir(parents=True)
+    sub.write_text(json.dumps({"resolved_ids": ["inst-9"], "unresolved_ids": ["inst-12"]}))
+    out = tmp_path / "new"
+    assert cli(["known-tasks", str(bundle), "--verdicts", str(sub), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 verdicts of 20250101_b_model (counted as agent family B)" in printed
+    assert "1 verdicts from label files are of a task and agent family" in printed
+    new = TaskPrior.from_json(
+        json.loads((out / "candidates.json").read_text())["known_tasks"]["prior"]
+    )
+    assert new.counts["inst-9"]["B"] == [2, 1]  # B's own run and the file's resolved one
+    # an empty harness job file gives nothing: an error, no bundle written
+    job = tmp_path / "job" / "result.json"
+    job.parent.mkdir()
+    job.write_text(json.dumps({"n_total_trials": 3}))
+    argv = ["known-tasks", str(bundle), "--verdicts", str(job), "--out", str(tmp_path / "z")]
+    assert cli(argv) == 2
+    assert "no verdict" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()
+    argv = ["known-tasks", str(bundle), "--data", str(sub), "--instances", str(sub), "--out", "q"]
+    assert cli(argv) == 2
+    assert "go with --verdicts" in capsys.readouterr().err

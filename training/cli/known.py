@@ -44,24 +44,41 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _known_tasks(args: argparse.Namespace) -> int:
     from monitor.errors import BundleError, LabelError
     from training.data.runs import load_runs
-    from training.export.known_tasks import add_verdicts
+    from training.export.known_tasks import add_verdicts, table_agents
     from training.export.verdict_files import read_instances, verdict_runs
 
     if not args.data and not args.verdicts:
         print("error: give labelled runs (--data) or label files (--verdicts)", file=sys.stderr)
+        return 2
+    if not args.verdicts and (args.verdicts_agent or args.instances):
+        print("error: --verdicts-agent and --instances go with --verdicts FILE", file=sys.stderr)
         return 2
     runs = load_runs(args.data, labels=args.labels) if args.data else []
     if args.data and not runs:
         print(f"error: no run could be read from {' '.join(args.data)}", file=sys.stderr)
         return 2
     try:
+        families = table_agents(args.bundle) if args.verdicts else set()
         ids = read_instances(args.instances) if args.instances else None
+        from_files = 0
         for f in args.verdicts:
-            got = verdict_runs(f, agent=args.verdicts_agent, instances=ids)
-            print(f"{f}: {len(got)} verdicts of {got[0].agent if got else 'no agent'}")
-            runs += got
-    except (LabelError, OSError, ValueError) as e:
+            vf = verdict_runs(f, agent=args.verdicts_agent, instances=ids, families=families)
+            for w in vf.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+            if not vf.runs:
+                print(f"warning: {f}: no verdict in it (nothing added)", file=sys.stderr)
+                continue
+            counted = f" (counted as agent family {vf.family})" if vf.family else ""
+            if vf.family and vf.family != vf.agent:
+                counted += ": its verdicts stay out of that family's own priors"
+            print(f"{f}: {len(vf.runs)} verdicts of {vf.agent}{counted}")
+            runs += vf.runs
+            from_files += len(vf.runs)
+    except (BundleError, LabelError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.verdicts and not from_files and not args.data:
+        print("error: no --verdicts file gave a verdict; the bundle is unchanged", file=sys.stderr)
         return 2
     try:
         done = add_verdicts(args.bundle, args.out, runs)

@@ -53,6 +53,7 @@ def monitor_scores(
     soft: float = 0.0,
     scope: str = "task",
     early: int = 0,
+    center: str = "none",
 ) -> dict[str, np.ndarray]:
     """run id -> outer-fold monitor scores of every run of the view under `focus` / `rank` /
     `soft` (soft labels, module docstring)."""
@@ -64,19 +65,54 @@ def monitor_scores(
     out: dict[str, np.ndarray] = {}
     for i, (tr, te) in enumerate(view_pairs(view, data.runs, k=k, seed=cfg.data.split_seed)):
         t = time.perf_counter()
+        d = centred(data, list(tr), center) if center != "none" else data
         if soft > 0:
-            fit_soft(vcfg, encoder.model, data.subset(list(tr)), pair, soft, scope)
+            fit_soft(vcfg, encoder.model, d.subset(list(tr)), pair, soft, scope)
         else:
-            stages.fit_head(vcfg, encoder.model, data.subset(list(tr)), grid=[pair])
-        test = data.subset(list(te))
+            stages.fit_head(vcfg, encoder.model, d.subset(list(tr)), grid=[pair])
+        test = d.subset(list(te))
         for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
             out[run.id] = s
         if early:
-            fit_early(vcfg, encoder.model, data.subset(list(tr)), pair, early)
+            fit_early(vcfg, encoder.model, d.subset(list(tr)), pair, early)
             for run, s in zip(test.runs, stages.score(encoder.model, test), strict=True):
                 out[run.id] = np.concatenate([s[:early], out[run.id][early:]])
         log.info("focus %g rank %g, pair %d: %.0f s", focus, rank, i, time.perf_counter() - t)
     return out
+
+
+def step_bucket(steps: np.ndarray) -> np.ndarray:
+    """Log2 buckets of the 1-based step: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65+."""
+    return np.minimum(np.ceil(np.log2(np.maximum(steps, 1))).astype(np.int64), 7)
+
+
+def centred(data: Any, train_idx: Sequence[int], scope: str) -> Any:
+    """`data` with every run's hidden rows minus the mean hidden row of the training runs'
+    prefixes in the same step bucket (`step_bucket`; scope "agent": of the same agent too),
+    means from `train_idx` only. Row k-1 is the state after step k."""
+    from training.pipeline.encode import Encoded
+
+    def key(r: Any) -> str:
+        return r.agent if scope == "agent" else ""
+
+    sums: dict[tuple[str, int], np.ndarray] = {}
+    counts: dict[tuple[str, int], int] = {}
+    for i in train_idx:
+        h, b = data.hidden[i], step_bucket(np.arange(1, len(data.hidden[i]) + 1))
+        for j in np.unique(b):
+            k = (key(data.runs[i]), int(j))
+            sums[k] = sums.get(k, 0) + h[b == j].sum(axis=0)
+            counts[k] = counts.get(k, 0) + int((b == j).sum())
+    out = []
+    for r, h in zip(data.runs, data.hidden, strict=True):
+        b = step_bucket(np.arange(1, len(h) + 1))
+        mu = np.zeros_like(h)
+        for j in np.unique(b):
+            k = (key(r), int(j))
+            if k in counts:
+                mu[b == j] = sums[k] / counts[k]
+        out.append(h - mu)
+    return Encoded(data.runs, out, data.signals, data.encoded_tokens)
 
 
 def soft_targets(runs: Sequence[Any], soft: float, scope: str = "task") -> np.ndarray:
@@ -126,8 +162,21 @@ def fit_early(cfg: Any, model: Any, train: Any, pair: tuple[float, float], early
     from training.pipeline.text_probe import probe_rows
 
     ex = probe_examples(cfg, train.runs)
-    rows = probe_rows(train, ex).take(ex.step <= early)
+    rows = probe_rows(train, ex)
+    keep = ex.step <= early
+    rows = dataclasses.replace(rows, weights=kept_weights(rows.weights, ex.run, keep)).take(keep)
     select_probe(model, rows, pairs=[pair], agent_columns=cfg.model.agent_columns)
+
+
+def kept_weights(weights: np.ndarray, run: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """`weights` with each run's kept rows scaled so they carry the run's whole weight (a long
+    run keeps only its early prefixes, and would otherwise count for less than a short one);
+    rows not kept get 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    total = np.bincount(run, weights=w)
+    kept = np.bincount(run, weights=np.where(keep, w, 0.0), minlength=len(total))
+    scale = np.divide(total, kept, out=np.zeros_like(total), where=kept > 0)
+    return np.where(keep, w * scale[run], 0.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--early", nargs="+", type=int, default=[0], help="early probes up to these steps"
     )
+    p.add_argument(
+        "--center", nargs="+", choices=["none", "all", "agent"], default=["none"],
+        help="hidden rows minus the training mean of their step bucket (per agent)",
+    )  # fmt: skip
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--n-boot", type=int, default=200)
     args = p.parse_args(argv)
@@ -170,14 +223,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     done: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     pair = (float(args.pair[0]), float(args.pair[1]))
     variants = [
-        (f, r, s, e) for f in args.focus for r in args.rank for s in args.soft for e in args.early
+        (f, r, s, e, c)
+        for f in args.focus
+        for r in args.rank
+        for s in args.soft
+        for e in args.early
+        for c in args.center
     ]
-    for focus, rank, soft, early in variants:
+    for focus, rank, soft, early, _ in variants:
         if (soft or early) and (focus or rank) or (soft and early):
             raise SystemExit("--soft and --early need focus 0 and rank 0, and not each other")
+    for focus, rank, soft, early, center in variants:
         scores = monitor_scores(
             cfg, encoder, data, view, focus=focus, pair=pair, k=args.folds, rank=rank, soft=soft,
-            scope=args.soft_scope, early=early,
+            scope=args.soft_scope, early=early, center=center,
         )  # fmt: skip
         recs = [
             dataclasses.replace(r, scores={**r.scores, "monitor": scores[r.run_id]})
@@ -190,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = f"focus={focus:g},rank={rank:g},C={pair[0]:g},scale={pair[1]:g}"
         key += f",soft={soft:g}" + ("" if args.soft_scope == "task" else ",agent") if soft else ""
         key += f",early={early}" if early else ""
+        key += f",center={center}" if center != "none" else ""
         done[key] = summary(rep)
         done[key]["per_agent"] = {
             a: {t: {n: row[n] for n in ("monitor", "selected_per_target")}

@@ -41,6 +41,7 @@ class Added:
     over_calibration: int  # tasks that now have more runs than that
     capped: bool = True  # the table caps other-agent runs at most_runs_before
     over_before: int = 0  # tasks that had more runs than that before the command
+    recounted: int = 0  # verdict-file runs on a task whose family the table already counted
 
     def lines(self) -> list[str]:
         out = [
@@ -48,6 +49,12 @@ class Added:
             f"{self.unlabelled} without a verdict, {self.no_task} without an instance id)",
             f"tasks in the table: {self.tasks_before} -> {self.tasks_after}",
         ]
+        if self.recounted:
+            out.append(
+                f"note: {self.recounted} verdicts from label files are of a task and agent family "
+                "the table already counted: if a file is of runs counted before (e.g. from their "
+                "transcripts), they now count twice, and the prior leans on them"
+            )
         if self.over_calibration and self.capped:
             out.append(
                 f"{self.over_calibration} tasks now have more than {self.most_runs_before} runs "
@@ -63,6 +70,19 @@ class Added:
                 "saw (docs/RESULTS.md, prior sharpness: the FPR can rise); train the bundle again"
             )
         return out
+
+
+def table_agents(bundle: str | Path) -> set[str]:
+    """The agent families a bundle's table of known tasks counts (empty without a table)."""
+    from serving.bundle import CANDIDATES, load_bundle
+
+    src = Path(bundle)
+    load_bundle(src)
+    cands = json.loads((src / CANDIDATES).read_text(encoding="utf-8"))
+    if not (cands.get("known_tasks") or {}).get("prior"):
+        return set()
+    table = TaskPrior.from_json(cands["known_tasks"]["prior"])
+    return {a for per in table.counts.values() for a in per} | set(table.families.values())
 
 
 def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]) -> Added:
@@ -101,7 +121,8 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
         return sum(sum(c[0] for c in per.values()) > most for per in table.counts.values())
 
     over_before = over()
-    added = already = unlabelled = no_task = 0
+    pre = {(task, agent) for task, per in table.counts.items() for agent in per}
+    added = already = unlabelled = no_task = recounted = 0
     for r in runs:
         if r.resolved is None:
             unlabelled += 1
@@ -109,6 +130,7 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             no_task += 1
         elif table.add(r.id, r.instance_id, r.agent, bool(r.resolved)):
             added += 1
+            recounted += r.id.startswith("verdicts:") and (r.instance_id, r.agent) in pre
         else:
             already += 1
     over_after = over()
@@ -127,6 +149,7 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
             over_after,
             capped=bool(table.max_others),
             over_before=over_before,
+            recounted=recounted,
         )
         card = tmp / "README.md"
         if card.is_file():  # the card says where the added verdicts came from
