@@ -5,7 +5,8 @@
         for decision in watch.poll():                   # the decisions of the steps added since
             if decision.stop: ...
         time.sleep(1)
-    watch.end()                                         # the run's end record
+    watch.poll(final=True)                              # the agent is gone: a call left without
+    watch.end()                                         # its result is scored as it is; end record
 
 `failfast watch` and `failfast supervise` use it; so can any Python harness.
 
@@ -35,6 +36,12 @@ from serving.transcripts import read_transcript
 log = logging.getLogger(__name__)
 
 FIRST_LINE_BYTES = 4096  # enough to tell two runs apart (ids, timestamps, the task) cheaply
+
+
+def awaits_result(step: Step) -> bool:
+    """A tool call whose result may not have been written yet: an action with no observation
+    and no error."""
+    return step.kind == "action" and not step.observation and not step.is_error
 
 
 class WatchSession(Protocol):
@@ -150,11 +157,15 @@ class TranscriptWatch:
         self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
         """Steps, tokens and dollars of every step observed, over all runs at this path."""
 
-    def poll(self) -> list[Decision]:
+    def poll(self, *, final: bool = False) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
 
-        Returns [] while the file is missing or not yet readable as a transcript (an agent may
-        not have written its first complete record).
+        A tool call at the end of the file whose result has not been written yet (an action
+        with no observation and no error: stream formats such as Claude Code's write the call
+        and its result as two records) is held back until its result or a later step arrives,
+        so it is scored with what it returned; `final=True` (the run is over) observes it as it
+        is. Returns [] while the file is missing or not yet readable as a transcript (an agent
+        may not have written its first complete record).
 
         Raises:
             TranscriptTooLarge: past max_bytes or max_steps.
@@ -186,7 +197,10 @@ class TranscriptWatch:
         if self.session is None:
             self._start(traj, why)
         out = []
-        for step in traj.steps[self.seen :]:
+        cut = len(traj.steps)
+        while not final and cut > self.seen and awaits_result(traj.steps[cut - 1]):
+            cut -= 1
+        for step in traj.steps[self.seen : cut]:
             self.seen += 1  # before observing: a session that raises must not see it again
             self.totals["steps"] += 1
             self.totals["tokens"] += step.tokens

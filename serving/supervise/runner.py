@@ -244,7 +244,7 @@ class Supervisor:
         final: Decision | None = None
         while True:
             running = self._proc.poll() is None
-            for d in self._poll(watch, errors):
+            for d in self._poll(watch, errors, final=not running):
                 final = d
                 if d.stop and stop is None:
                     stop = d
@@ -303,10 +303,13 @@ class Supervisor:
             _snapshot=snap,
         )
 
-    def _poll(self, watch: TranscriptWatch, errors: list[str]) -> list[Decision]:
-        """The watch's new decisions; a failing monitor is counted, never raised."""
+    def _poll(
+        self, watch: TranscriptWatch, errors: list[str], *, final: bool = False
+    ) -> list[Decision]:
+        """The watch's new decisions (`final`: the agent has exited, a last call is scored as
+        it is); a failing monitor is counted, never raised."""
         try:
-            return watch.poll()
+            return watch.poll(final=final)
         except TranscriptError as e:
             msg = str(e)
         except Exception as e:  # noqa: BLE001 - the agent goes on whatever the monitor does

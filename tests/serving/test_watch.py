@@ -114,3 +114,41 @@ def test_first_line_change_at_equal_size_is_detected(tmp_path, fixtures_dir):
         f.write(changed)
     with pytest.raises(TranscriptReplaced, match="first line changed"):
         watch.poll()
+
+
+def test_a_call_is_scored_with_its_result_not_before(fixtures_dir, tmp_path):
+    """A stream format writes a tool call and its result as two records: a poll between them
+    must not score the call without what it returned (and never see it again)."""
+    monitor, _ = _monitor()
+    path = tmp_path / "run.jsonl"
+    watch = TranscriptWatch(path, monitor, fmt="claude-code")
+    seen: list[tuple[int, str]] = []
+    lines = _lines(fixtures_dir, "loop")
+    for i in range(len(lines)):  # one record at a time, a poll after each
+        path.write_text("".join(lines[: i + 1]))
+        for _ in watch.poll():
+            step = watch.traj.steps[watch.seen - 1]
+            seen.append((step.index, step.observation))
+    assert [i for i, _ in seen] == list(range(7))
+    whole = TranscriptWatch(path, _monitor()[0], fmt="claude-code")
+    whole.poll()
+    assert [o for _, o in seen] == [s.observation for s in whole.traj.steps]
+    assert all(o for _, o in seen)  # every call scored with its result
+
+
+def test_a_last_call_without_result_is_scored_when_the_run_is_over(fixtures_dir, tmp_path):
+    monitor, _ = _monitor()
+    path = tmp_path / "run.jsonl"
+    lines = _lines(fixtures_dir, "loop")
+    whole = TranscriptWatch(tmp_path / "w.jsonl", _monitor()[0], fmt="claude-code")
+    (tmp_path / "w.jsonl").write_text("".join(lines))
+    whole.poll()
+    n = len(whole.traj.steps)
+    # cut before the last result: the last call has no result
+    for k in range(len(lines), 0, -1):
+        path.write_text("".join(lines[:k]))
+        watch = TranscriptWatch(path, _monitor()[0], fmt="claude-code")
+        if len(watch.poll()) == n - 1:
+            break
+    assert watch.poll() == []  # still waiting for its result
+    assert [d.step for d in watch.poll(final=True)] == [n]

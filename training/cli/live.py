@@ -203,8 +203,10 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
     last_growth = time.monotonic()
     try:
         while True:
+            # --once, or quiet for --idle seconds: the run is over, a last call is scored as is
+            final = args.once or time.monotonic() - last_growth > args.idle
             try:
-                decisions = watch.poll()
+                decisions = watch.poll(final=final)
             except (TranscriptTooLarge, TranscriptReplaced) as e:
                 return problem(e)
             if args.once and watch.traj is None:
@@ -217,7 +219,7 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
                 print(json.dumps(json_safe(decision.to_dict())), flush=True)
                 if decision.stop:
                     return 1
-            if args.once or time.monotonic() - last_growth > args.idle:
+            if final:
                 return 0
             time.sleep(args.interval)
     finally:
