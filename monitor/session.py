@@ -200,7 +200,26 @@ class Session:
         return Decision("continue", step=self.k)
 
     def observe(self, step: Step) -> Decision:
-        """After a step: update signals, score, and decide (flags ride along)."""
+        """After a step: update signals, score, and decide (flags ride along).
+
+        Never raises into the harness: whatever fails (the scorer, a step that is not a
+        `monitor.types.Step` or has fields of the wrong type) gives `continue` with reason
+        `monitor_error` and the error in the evidence (`{"error": "TypeError: ..."}`), logged."""
+        try:
+            if not isinstance(step, Step):
+                raise TypeError(f"observe() takes a monitor.types.Step, not {type(step).__name__}")
+            return self._observe(step)
+        except Exception as e:  # noqa: BLE001 - the run goes on whatever the monitor does
+            logger.exception("monitor_error at a step of run %r", self.run)
+            k = int(self.tracker.values().get("steps", 0))
+            decision = Decision("continue", "monitor_error", step=k, evidence=_error(e))
+            try:
+                self.log.record(decision, run=self.run, agent=self.agent, session=self.session_id)
+            except Exception:  # noqa: BLE001
+                logger.exception("could not log the monitor_error decision")
+            return decision
+
+    def _observe(self, step: Step) -> Decision:
         before = self.tracker.values()
         self.tracker.update(step)
         values = self.values()
@@ -210,13 +229,13 @@ class Session:
             self._last_error = error_line(step.observation)
         flags = self._flags(step, k)
         score: float | None = None
-        failed = False
+        failed: dict[str, str] = {}
         if self.scorer is not None:
             try:
                 score = float(self.scorer.observe(step))
-            except Exception:
+            except Exception as e:
                 logger.exception("scorer failed at step %d of run %r", k, self.run)
-                failed = True
+                failed = _error(e)
         self.scores.append(score)
         self.tokens.append(step.tokens)
         if self.stopped is not None:
@@ -230,7 +249,7 @@ class Session:
         if ev is not None:
             return self._stop("predicted_failure", ev, values, score, threshold, flags)
         if failed:
-            decision = Decision("continue", "monitor_error", step=k, flags=flags)
+            decision = Decision("continue", "monitor_error", step=k, evidence=failed, flags=flags)
         else:
             warn = warn_evidence(values, self.config, score=score, warn_threshold=warn_threshold)
             if warn:
@@ -396,3 +415,8 @@ class Session:
             decision, run=self.run, agent=self.agent, event=event, session=self.session_id
         )
         return decision
+
+
+def _error(e: BaseException) -> dict[str, str]:
+    """A monitor_error decision's evidence: the error, one line."""
+    return {"error": f"{type(e).__name__}: {e}"[:300]}

@@ -38,6 +38,20 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+_FORM = b"application/x-www-form-urlencoded"
+
+
+def json_body(scope: dict) -> dict:
+    """Every body this service takes is JSON: one sent as a form (curl's `-d` without a
+    content-type header) is read as JSON, so it gets the JSON errors (400 not JSON, 422 a bad
+    field), not a puzzling "valid dictionary" one."""
+    headers = scope.get("headers") or []
+    if not any(k == b"content-type" and v.split(b";")[0].strip() == _FORM for k, v in headers):
+        return scope
+    fixed = [(k, b"application/json" if k == b"content-type" else v) for k, v in headers]
+    return {**scope, "headers": fixed}
+
+
 class Guard:
     """ASGI middleware: body limit and deadline, error shape for 500s, bounded metrics.
 
@@ -70,6 +84,7 @@ class Guard:
             return
         t0 = anyio.current_time()
         status = [0]
+        scope = json_body(scope)
 
         async def send_status(message: Any) -> None:
             if message["type"] == "http.response.start":

@@ -43,6 +43,8 @@ class RunResult:
     threshold_origin: str = ""
     scorer: str = "monitor"
     """The candidate that scored the run (serving.choice; "monitor": the LM probe)."""
+    group: str = ""
+    """The threshold group the run was served as (its source or agent; "" without a bundle)."""
 
     @property
     def final(self) -> Decision:
@@ -59,6 +61,7 @@ class RunResult:
             "warn_threshold": self.warn_threshold,
             "threshold_origin": self.threshold_origin,
             "scorer": self.scorer,
+            "group": self.group,
             "stop_step": self.stop.step if self.stop else None,
             "decision": self.final.to_dict(),
         }
@@ -124,6 +127,7 @@ def score_transcript(
         warn_threshold=_finite(th.warn),
         threshold_origin=th.origin,
         scorer=th.scorer,
+        group=scorer.bundle.group_of(traj.agent or None, traj.source),
     )
     _replay(session, traj, result, cancelled)
     return result

@@ -139,6 +139,15 @@ def read_transcript_bytes(
         path = Path(tmp) / name
         path.write_bytes(data)
         traj = read_transcript(path, fmt)
+    # Names the reader took from the temporary folder are not the run's: a source named after
+    # it would pick no calibrated group, the default file name no task.
+    here = {Path(tmp).name, Path(tmp).parent.name, Path(tmp).parent.parent.name}
+    if traj.source in here:
+        traj.source = ""
+    if tmp in traj.id or traj.id.split("/", 1)[0] in here:
+        traj.id = traj.id.rsplit("/", 1)[-1] if traj.id else ""
+    if traj.instance_id == "transcript" and name.split(".")[0] == "transcript":
+        traj.instance_id = ""
     traj.path = filename
     return traj
 

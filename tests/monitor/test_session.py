@@ -107,7 +107,21 @@ def test_failing_scorer_continues_with_monitor_error(caplog: pytest.LogCaptureFi
     assert (d.action, d.reason) == ("continue", "monitor_error")
     assert "scorer failed at step 2" in caplog.text
     assert log.decisions[("continue", "monitor_error")] == 1
+    assert "error" in d.evidence  # the cause, not only in the log
     assert s.observe(bash(2, "c")).reason == "ok"
+
+
+def test_a_step_of_the_wrong_kind_gives_monitor_error_never_an_exception() -> None:
+    log = DecisionLog()
+    s = Monitor(scorer=ScriptedScorer([0.1]), log=log).start()
+    d = s.observe({"tool": "bash"})  # type: ignore[arg-type]
+    assert (d.action, d.reason) == ("continue", "monitor_error")
+    assert "takes a monitor.types.Step, not dict" in d.evidence["error"]
+    d = s.observe(Step(index=0, tool=5, action=b"ls", observation=None))  # type: ignore[arg-type]
+    assert (d.action, d.reason) == ("continue", "monitor_error")
+    assert d.evidence["error"]
+    assert log.decisions[("continue", "monitor_error")] == 2
+    assert s.observe(bash(1, "ls", "a.py")).action == "continue"  # the session goes on
 
 
 def test_stuck_pattern_stop_has_restart_packet_with_diff_and_summary() -> None:

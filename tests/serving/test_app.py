@@ -91,6 +91,8 @@ def test_score_transcript_text_base64_and_steps(server, bundle, data_dir):
     body = r.json()
     assert body["n_steps"] == len(traj.steps) > 0
     assert body["scores"] == pytest.approx(want, abs=1e-5)
+    # no folder over HTTP: no source taken from the server's temporary one
+    assert body["group"] == Scorer.load(bundle).bundle.group_of(traj.agent, "")
     b64 = base64.b64encode(path.read_bytes()).decode()  # gzip bytes as sent by a client
     r2 = httpx.post(
         f"{server}/v1/score",
@@ -113,6 +115,13 @@ def test_errors_are_4xx_with_messages(server):
     r = httpx.post(
         f"{server}/v1/sessions", content=b"{not json", headers={"content-type": "application/json"}
     )
+    assert r.status_code == 400
+    assert "not valid JSON" in r.json()["error"]
+    form = {"content-type": "application/x-www-form-urlencoded"}  # curl -d without -H
+    r = httpx.post(f"{server}/v1/sessions", content=json.dumps({"task": "t"}), headers=form)
+    assert r.status_code == 201, r.text
+    httpx.delete(f"{server}/v1/sessions/{r.json()['session_id']}")
+    r = httpx.post(f"{server}/v1/sessions", content=b"task=t", headers=form)
     assert r.status_code == 400
     assert "not valid JSON" in r.json()["error"]
     r = httpx.post(f"{server}/v1/score", json={"transcript": "hello, I am not a transcript"})
