@@ -42,7 +42,7 @@ class RemoteSession:
             )
         except (ServiceError, ValueError, TypeError) as e:
             log.error("monitor_error: %s; the run goes on", e)
-            return Decision("continue", "monitor_error", step=self.k)
+            return Decision("continue", "monitor_error", step=self.k, evidence={"error": str(e)})
 
     def observe(self, step: Step) -> Decision:
         self.k += 1
@@ -61,15 +61,16 @@ class RemoteSession:
 class NoSession:
     """What `start` gives when the service cannot open a session: every step is monitor_error."""
 
-    def __init__(self) -> None:
+    def __init__(self, why: str = "the service could not open a session") -> None:
         self.k = 0
+        self.why = why
 
     def observe(self, step: Step) -> Decision:
         self.k += 1
-        return Decision("continue", "monitor_error", step=self.k)
+        return Decision("continue", "monitor_error", step=self.k, evidence={"error": self.why})
 
     def check(self) -> Decision:
-        return Decision("continue", "monitor_error", step=self.k)
+        return Decision("continue", "monitor_error", step=self.k, evidence={"error": self.why})
 
     def end(self) -> None:
         return None
@@ -99,4 +100,4 @@ class RemoteMonitor:
             return RemoteSession(self.url, str(out["session_id"]), self.timeout)
         except (ServiceError, ValueError, KeyError, TypeError) as e:
             log.error("monitor_error: could not open a session at %s: %s", self.url, e)
-            return NoSession()
+            return NoSession(f"could not open a session at {self.url}: {e}")

@@ -246,6 +246,11 @@ class Supervisor:
             running = self._proc.poll() is None
             for d in self._poll(watch, errors, final=not running):
                 final = d
+                if d.reason == "monitor_error":  # a remote monitor answers, it does not raise
+                    msg = str(d.evidence.get("error") or "the monitor could not score a step")
+                    if not errors or errors[-1] != msg:
+                        self.say(f"monitor_error at step {d.step}: {msg}; the attempt goes on")
+                    errors.append(msg)
                 if d.stop and stop is None:
                     stop = d
             if stop is None:

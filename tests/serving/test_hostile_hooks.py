@@ -145,6 +145,15 @@ def test_hook_and_watch_read_regular_files_only(bundle, tmp_path):
     assert "not a regular file" in p.stderr
 
 
+def test_watch_of_nothing_readable_exits_2_and_says_so(bundle, tmp_path):
+    garbage = tmp_path / "g.jsonl"
+    garbage.write_text("not a transcript\n")
+    for path, why in ((tmp_path / "none.jsonl", "does not exist"), (garbage, "never readable")):
+        p = failfast("watch", "--bundle", str(bundle), str(path), "--idle", "1", timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert why in p.stderr and "nothing was scored" in p.stderr
+
+
 class _Trickle(http.server.BaseHTTPRequestHandler):
     """Answers 200 with a body that arrives one byte every 0.3 s (each read is quick)."""
 

@@ -166,6 +166,8 @@ def test_monitor_down_never_ends_the_agent(repo, tmp_path):
     assert body["attempts"][0]["stopped"] is False
     assert body["attempts"][0]["reason"] == "monitor_error"
     assert body["attempts"][0]["steps"] == 3
+    assert body["attempts"][0]["monitor_errors"] == 3  # counted, not only shown
+    assert "could not open a session" in body["attempts"][0]["monitor_error"]
 
 
 def test_usage_problems_exit_2(repo, tmp_path):

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     transcript_args(p, "transcript file being written")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
-        "--idle", type=float, default=300.0, help="exit 0 after this long without growth"
+        "--idle", type=float, default=300.0, help="exit 0 after this long without growth (2 when nothing was ever readable)"
     )
     p.add_argument("--once", action="store_true", help="process what is there now and exit")
     p.add_argument(
@@ -179,6 +179,7 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
     """Read the transcript every --interval seconds; a decision per new step (the end record is
     logged when the watch ends). A replaced or truncated file starts a new run (serving.watch)."""
     import time
+    from pathlib import Path
 
     from monitor.errors import TranscriptError, TranscriptTooLarge
     from monitor.textio import json_safe
@@ -220,6 +221,18 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
                 if decision.stop:
                     return 1
             if final:
+                if watch.traj is None and not watch.runs:  # nothing to watch ever came
+                    why = (
+                        "does not exist"
+                        if not Path(args.transcript).exists()
+                        else ("was never readable as a transcript")
+                    )
+                    print(
+                        f"failfast watch: {args.transcript} {why} within --idle "
+                        f"{args.idle:g} s; nothing was scored",
+                        file=sys.stderr,
+                    )
+                    return 2
                 return 0
             time.sleep(args.interval)
     finally:
