@@ -151,7 +151,8 @@ def test_watch_of_nothing_readable_exits_2_and_says_so(bundle, tmp_path):
     for path, why in ((tmp_path / "none.jsonl", "does not exist"), (garbage, "never readable")):
         p = failfast("watch", "--bundle", str(bundle), str(path), "--idle", "1", timeout=60)
         assert p.returncode == 2, p.stderr
-        assert why in p.stderr and "nothing was scored" in p.stderr
+        assert why in p.stderr
+        assert "nothing was scored" in p.stderr
 
 
 class _Trickle(http.server.BaseHTTPRequestHandler):

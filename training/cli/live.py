@@ -70,7 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     transcript_args(p, "transcript file being written")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     p.add_argument(
-        "--idle", type=float, default=300.0, help="exit 0 after this long without growth (2 when nothing was ever readable)"
+        "--idle",
+        type=float,
+        default=300.0,
+        help="exit 0 after this long without growth (2 when nothing was ever readable)",
     )
     p.add_argument("--once", action="store_true", help="process what is there now and exit")
     p.add_argument(
