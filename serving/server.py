@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from serving.limits import ServiceConfig
@@ -57,8 +59,39 @@ def _hard_exit_after(seconds: float) -> None:
     t.start()
 
 
-def serve(app: Any, cfg: ServiceConfig, *, host: str, port: int) -> None:
-    """Serve `app` (serving.app.create_app) until SIGTERM / SIGINT, within the deadlines above."""
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (port 0: any free one), ready for the server to listen on.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not this machine's, no permission), named.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    app: Any,
+    cfg: ServiceConfig,
+    *,
+    host: str,
+    port: int,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve `app` (serving.app.create_app) until SIGTERM / SIGINT, within the deadlines above.
+    The address is bound first (OSError when it cannot be); then `ready(port)` is called (the
+    port bound, which port 0 picks), so "listening" is never said of an address in use."""
     import uvicorn
 
     from serving.guard import header_timeout_protocol
@@ -82,13 +115,17 @@ def serve(app: Any, cfg: ServiceConfig, *, host: str, port: int) -> None:
                 _hard_exit_after(cfg.shutdown_timeout_seconds + HARD_EXIT_GRACE)
             super().handle_exit(sig, frame)
 
+    sock = bind(host, port)
+    if ready is not None:
+        ready(sock.getsockname()[1])
     server = Server(config)
     # uvicorn re-raises the signal it caught once it has shut down; with the default handlers
     # that kills the process before the sessions below are closed, so take it quietly here.
     before = {sig: signal.signal(sig, _taken) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         closed = close_open_sessions(app)
         if closed:
             log.warning("closed %d open sessions at shutdown (end records logged)", closed)

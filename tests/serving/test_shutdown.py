@@ -126,3 +126,15 @@ def test_a_response_left_unread_past_the_write_deadline_drops_the_connection(bun
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_serve_on_an_address_in_use_exits_2_without_saying_it_listens(bundle, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "training.cli", "serve", "--bundle", str(bundle)]
+        p = subprocess.run([*cmd, "--port", str(port)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "listening on" not in p.stdout
+    assert f"cannot listen on 127.0.0.1:{port}" in p.stderr

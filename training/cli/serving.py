@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from typing import TYPE_CHECKING
 
 from monitor.errors import BundleError
@@ -143,10 +144,17 @@ def _serve(args: argparse.Namespace) -> int:
         return problem(e)
     if keys is not None:
         install_reload(keys)  # SIGHUP; serving.server takes SIGTERM and SIGINT only
-    print(  # uvicorn at log level warning says nothing once it is up
-        f"failfast serve: listening on http://{args.host}:{args.port} (bundle {scorer.bundle.path}, "
-        f"target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
-        flush=True,
-    )
-    serve(app, cfg, host=args.host, port=args.port)  # SIGTERM: ends within its deadline
+
+    def ready(port: int) -> None:  # bound: uvicorn at log level warning says nothing once up
+        print(
+            f"failfast serve: listening on http://{args.host}:{port} (bundle "
+            f"{scorer.bundle.path}, target {scorer.target:g}; API docs at /docs; Ctrl-C stops)",
+            flush=True,
+        )
+
+    try:
+        serve(app, cfg, host=args.host, port=args.port, ready=ready)  # SIGTERM: its deadline
+    except OSError as e:  # the address: in use, or not this machine's
+        print(f"failfast serve: {e}", file=sys.stderr)
+        return 2
     return 0
