@@ -355,6 +355,11 @@ class Session:
         return o
 
     @property
+    def judged(self) -> bool:
+        """The run has a verdict (given through `verdict`): it is over."""
+        return self._outcome is not None and self._outcome.verdict is not None
+
+    @property
     def known_task(self) -> bool:
         """The bundle serves this run by its known-task choice (serving.task_prior)."""
         return getattr(self.scorer, "task_prior", None) is not None

@@ -136,7 +136,10 @@ class RequireKey:
             answer = error(
                 401,
                 "this service needs an API key: send `Authorization: Bearer KEY` (clients of "
-                "this package read it from FAILFAST_API_KEY)",
+                "this package read it from FAILFAST_API_KEY)"
+                if token is None
+                else "the API key sent is not one of this service's keys (revoked, mistyped, "
+                "or from another service's key file)",
                 {"WWW-Authenticate": 'Bearer realm="failfast"'},
             )
         elif needed not in key.scopes:

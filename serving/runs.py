@@ -127,10 +127,16 @@ def score_transcript(
         warn_threshold=_finite(th.warn),
         threshold_origin=th.origin,
         scorer=th.scorer,
-        group=scorer.bundle.group_of(traj.agent or None, traj.source),
+        group=_group(scorer, traj),
     )
     _replay(session, traj, result, cancelled)
     return result
+
+
+def _group(scorer: Any, traj: Trajectory) -> str:
+    """The threshold group `traj` is served as ("" for a scorer without a bundle)."""
+    group_of = getattr(getattr(scorer, "bundle", None), "group_of", None)
+    return str(group_of(traj.agent or None, traj.source)) if callable(group_of) else ""
 
 
 def _replay(session: Session, traj: Trajectory, result: RunResult, cancelled: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from monitor.decision_log import DecisionLog
 from monitor.feedback import Feedback
@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 class VerdictIn(BaseModel):
     """A finished run's verdict."""
 
-    resolved: bool = Field(description="The run's verdict (e.g. the SWE-bench harness's).")
-    finished: bool | None = Field(
+    # Strict: a verdict of "yes" or 1 is refused (422), not guessed; it sets the realized FPR.
+    resolved: StrictBool = Field(description="The run's verdict (e.g. the SWE-bench harness's).")
+    finished: StrictBool | None = Field(
         None,
         description="The run went on to its own end. Default: inferred; a stopped run counts as "
         "finished only when steps came after its stop (or it is a shadow session).",

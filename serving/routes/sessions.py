@@ -62,6 +62,7 @@ def add_step(sid: str, step: StepIn, state: State) -> Any:
     """Observe the next step of a live run -> Decision."""
     live = state.live(sid)
     with live.lock:
+        _not_judged(sid, live)
         if live.steps >= state.cfg.max_steps:
             raise HTTPException(
                 409, f"session {sid} reached the limit of {state.cfg.max_steps} steps"
@@ -77,7 +78,19 @@ def check(sid: str, state: State) -> Any:
     """Before the next model call: stop if a budget would be exceeded -> Decision."""
     live = state.live(sid)
     with live.lock:
+        _not_judged(sid, live)
         return json_safe(live.session.check().to_dict())
+
+
+def _not_judged(sid: str, live: Any) -> None:
+    """409 for a session whose run already has a verdict: the run is over, and a stop after
+    its verdict would leave the realized FPR counting it as it was when the verdict came."""
+    if live.session.judged:
+        raise HTTPException(
+            409,
+            f"session {sid}'s run already has a verdict: it is over; open a new session for a "
+            "new run",
+        )
 
 
 @router.delete("/v1/sessions/{sid}", status_code=204)

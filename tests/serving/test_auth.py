@@ -182,6 +182,8 @@ def test_no_key_unknown_key_401_everywhere_but_healthz(tmp_path) -> None:
             assert r.status_code == 401, (method, path, headers, r.text)
             assert "Bearer" in r.headers["www-authenticate"]
             assert "API key" in r.json()["error"]
+            wrong = "wrong" in headers.get("Authorization", "")
+            assert ("not one of this service's keys" in r.json()["error"]) == wrong
     r = c.get("/healthz")
     assert r.status_code == 200
     assert r.json()["status"] == "ok"

@@ -48,6 +48,11 @@ def test_verdicts_open_closed_by_run_id_and_errors(tmp_path) -> None:
     assert (body["counted"], body["stopped"], body["stop_step"]) == (True, True, 2)
     assert body["watch"]["stopped_resolved"] == 1
     assert c.post(f"/v1/sessions/{sid}/verdict", json={"resolved": True}).status_code == 409
+    # a run with a verdict is over: no more steps or checks (a later stop would not count)
+    r = c.post(f"/v1/sessions/{sid}/steps", json={"action": "late"})
+    assert r.status_code == 409
+    assert "already has a verdict" in r.json()["error"]
+    assert c.post(f"/v1/sessions/{sid}/check").status_code == 409
     assert c.delete(f"/v1/sessions/{sid}").status_code == 204
     # closed first, verdict after, by run id; stopped and obeyed: taken, not counted
     sid2, _ = run(c, 2, run="job-2")
@@ -72,7 +77,9 @@ def test_verdicts_open_closed_by_run_id_and_errors(tmp_path) -> None:
     assert "exactly one" in r.json()["error"]
     both = {"run_id": "job-1", "session_id": sid, "resolved": True}
     assert c.post("/v1/verdicts", json=both).status_code == 422
-    assert c.post(f"/v1/sessions/{sid}/verdict", json={"resolved": "maybe"}).status_code == 422
+    for bad in ("maybe", "yes", 1):  # strict: a verdict is never guessed
+        r = c.post("/v1/verdicts", json={"run_id": "job-1", "resolved": bad})
+        assert r.status_code == 422, bad
     # an open session found by its run id
     sid4, _ = run(c, 1, run="job-4")
     r = c.post("/v1/verdicts", json={"run_id": "job-4", "resolved": True})
