@@ -155,6 +155,7 @@ class TranscriptWatch:
         self._mark: FileMark | None = None
         self._pending_why = ""  # why the last run ended, told when the next one starts
         self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
+        self._run_dollars = 0.0  # what the current run's dollars added to totals
         """Steps, tokens and dollars of every step observed, over all runs at this path."""
 
     def poll(self, *, final: bool = False) -> list[Decision]:
@@ -205,7 +206,14 @@ class TranscriptWatch:
             self.totals["steps"] += 1
             self.totals["tokens"] += step.tokens
             self.totals["dollars"] += step.cost_usd or 0.0
+            self._run_dollars += step.cost_usd or 0.0
             out.append(self.session.observe(step))
+        # A run's reported total cost (Claude Code's result record, written at its end) counts
+        # where its steps carry less: the budgets see what the transcript says it cost.
+        reported = traj.totals.cost_usd if traj.totals is not None else None
+        if reported is not None and reported > self._run_dollars:
+            self.totals["dollars"] += reported - self._run_dollars
+            self._run_dollars = reported
         return out
 
     def _replaced(self, why: str, mark: FileMark) -> None:
@@ -231,6 +239,7 @@ class TranscriptWatch:
             instance_id=self.instance_id or traj.instance_id,  # a known task: its own choice
         )
         self.seen = 0
+        self._run_dollars = 0.0
         self.ended = False
         if self.on_new_run is not None:
             self.on_new_run(run, why)

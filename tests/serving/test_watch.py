@@ -152,3 +152,19 @@ def test_a_last_call_without_result_is_scored_when_the_run_is_over(fixtures_dir,
             break
     assert watch.poll() == []  # still waiting for its result
     assert [d.step for d in watch.poll(final=True)] == [n]
+
+
+def test_a_runs_reported_total_cost_counts_when_its_steps_carry_none(fixtures_dir, tmp_path):
+    """Claude Code writes its cost only in the result record: the budgets must see it."""
+    monitor, _ = _monitor()
+    path = tmp_path / "run.jsonl"
+    lines = _lines(fixtures_dir, "stream")
+    watch = TranscriptWatch(path, monitor, fmt="claude-code")
+    path.write_text("".join(lines[:-1]))  # no result record yet
+    watch.poll()
+    assert watch.totals["dollars"] == 0.0
+    path.write_text("".join(lines))
+    watch.poll(final=True)
+    assert watch.totals["dollars"] == pytest.approx(0.0873)
+    watch.poll(final=True)
+    assert watch.totals["dollars"] == pytest.approx(0.0873)  # counted once
