@@ -14,3 +14,6 @@ class Problem:
 
     def to_dict(self) -> dict[str, str]:
         return {"path": self.path, "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"

@@ -38,6 +38,14 @@ def read_caps(path: str | Path) -> dict[str, float]:
         data = data["budget"]
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a budget map (expected `budget: {{max_steps: ...}}`)")
+    from monitor.halts import Budget
+
+    unknown = sorted(str(k) for k in data if k not in Budget.model_fields)
+    if unknown:  # a misspelt cap would silently not hold
+        raise ValueError(
+            f"{path}: unknown budget field(s) {', '.join(unknown)} (known: "
+            f"{', '.join(Budget.model_fields)}; supervise applies {', '.join(CAPS)})"
+        )
     out = {}
     for name in CAPS:
         value = data.get(name)

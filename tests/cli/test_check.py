@@ -82,3 +82,19 @@ def test_fit_budget_on_real_runs(
 
     cfg = load_config(PolicyConfig, out)
     assert cfg.budget.max_steps == budget["max_steps"]
+
+
+@pytest.mark.parametrize("command", [["reasons", "--audit"], ["fit-budget"]])
+def test_nothing_to_read_exits_2_naming_the_path(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for path in (tmp_path / "missing", empty):
+        with pytest.raises(SystemExit) as e:
+            main([command[0], str(path), *command[1:]])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"no run could be read from {path}" in err
+        if path.name == "missing":  # the problem reads as "path: what is wrong"
+            assert f"warning: {path}: no such file" in err

@@ -207,6 +207,9 @@ def test_budget_file_from_fit_budget(tmp_path):
     assert b.new_warnings({"steps": 30, "tokens": 10}) == ["steps 30 is 75% of max_steps 40"]
     assert b.new_warnings({"steps": 31, "tokens": 10}) == []  # once per budget
     assert b.hit({"steps": 10, "tokens": 1000})[0] == "token_budget"
+    f.write_text("budget:\n  max_steps: 40\n  max_step: 3\n")  # misspelt: refused, not ignored
+    with pytest.raises(ValueError, match="unknown budget field"):
+        read_caps(f)
 
 
 def test_cli_watch_does_not_splice_a_rotated_file(bundle, fixtures_dir, tmp_path):

@@ -94,6 +94,9 @@ def _load_runs(paths: list[str]) -> list:
         print(f"warning: {prob}", file=sys.stderr)
     if len(problems) > 10:
         print(f"warning: ... {len(problems) - 10} more problems", file=sys.stderr)
+    if not runs:  # nothing to report on: a missing path or an empty folder is a usage problem
+        print(f"error: no run could be read from {' '.join(paths)}", file=sys.stderr)
+        raise SystemExit(2)
     return runs
 
 
