@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
 from monitor.escape import check_name
 from monitor.types import Step
 from serving.transcripts import safe_filename
+
+log = logging.getLogger(__name__)
 
 
 def _name(v: str | None) -> str | None:
@@ -38,7 +41,10 @@ def _instance_id(v: str) -> str:
 class StepIn(BaseModel):
     """One normalised step (monitor.types.Step fields; all but `index` optional). Numbers must be
     finite, token counts and cost not negative (422): a NaN cost turned every later score into
-    null."""
+    null. A field that is not a Step field is kept out of the step and named in the answer
+    (`ignored_fields`): a misspelt `observaton` is not read, and the caller is told so."""
+
+    model_config = ConfigDict(extra="allow")
 
     index: int | None = Field(None, ge=0)
     kind: str = "action"
@@ -54,6 +60,10 @@ class StepIn(BaseModel):
     cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
     timestamp: float | None = Field(None, allow_inf_nan=False)
     role: str = ""
+
+    def ignored(self) -> list[str]:
+        """The fields sent that are not Step fields (not read)."""
+        return sorted(self.model_extra or {})
 
     def to_step(self, index: int) -> Step:
         d = self.model_dump()
@@ -150,3 +160,18 @@ def steps_over(errors: Sequence[Any]) -> int | None:
 
 NUMBERS = ("tokens_in", "tokens_out", "cost_usd", "timestamp")
 """Step fields that are numbers: a transcript's steps are checked against StepIn's rules too."""
+
+
+_WARNED: set[str] = set()
+
+
+def log_ignored(names: list[str]) -> None:
+    """Log once per field name that a client sends step fields no Step has."""
+    new = [n for n in names if n not in _WARNED]
+    if new:
+        _WARNED.update(new)
+        log.warning(
+            "steps with fields that are not Step fields were ignored: %s (known: %s)",
+            ", ".join(new),
+            ", ".join(f for f in StepIn.model_fields if f != "index"),
+        )

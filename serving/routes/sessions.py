@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
 from monitor.textio import json_safe
-from serving.schemas import SessionRequest, StepIn
+from serving.schemas import SessionRequest, StepIn, log_ignored
 from serving.sessions import Full
 from serving.state import AppState, app_state, unknown_session
 
@@ -70,7 +70,11 @@ def add_step(sid: str, step: StepIn, state: State) -> Any:
         with state.slots:
             decision = live.session.observe(step.to_step(live.steps))
         live.steps += 1
-    return json_safe(decision.to_dict())
+    out = decision.to_dict()
+    if step.ignored():
+        out["ignored_fields"] = step.ignored()
+        log_ignored(step.ignored())
+    return json_safe(out)
 
 
 @router.post("/v1/sessions/{sid}/check")

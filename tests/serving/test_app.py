@@ -50,6 +50,7 @@ def test_session_flow_matches_offline_scores(server, bundle):
     for step in traj.steps:
         d = httpx.post(f"{server}/v1/sessions/{sid}/steps", json=step_json(step)).json()
         assert d["action"] in ("continue", "warn", "stop")
+        assert "ignored_fields" not in d  # every field a Step has is read
         got.append(d["score"])
         assert d["step"] == len(got)
         if d["action"] == "stop":
@@ -109,6 +110,11 @@ def test_score_transcript_text_base64_and_steps(server, bundle, data_dir):
     )
     assert r3.status_code == 200
     assert r3.json()["n_steps"] == 5
+    assert "ignored_fields" not in r3.json()
+    typo = [{**steps[0], "observaton": "x", "output": "y"}]
+    r4 = httpx.post(f"{server}/v1/score", json={"steps": typo, "agent": "mini-swe-agent"})
+    assert r4.status_code == 200
+    assert r4.json()["ignored_fields"] == ["observaton", "output"]
 
 
 def test_errors_are_4xx_with_messages(server):

@@ -175,3 +175,12 @@ def test_bench_drift_flags_drift_and_agrees_across_paths(tmp_path) -> None:
     assert two["median_to_flag"] < 200
     assert two["within_1000"] >= 0.8
     assert at["within_1000"] <= 0.2
+
+
+def test_a_step_field_no_step_has_is_named_in_the_answer(tmp_path) -> None:
+    c = client(tmp_path, [0.1])
+    sid = c.post("/v1/sessions", json={"task": "t", "agent": "a"}).json()["session_id"]
+    d = c.post(f"/v1/sessions/{sid}/steps", json={"action": "ls", "output": "a.py"}).json()
+    assert d["ignored_fields"] == ["output"]
+    d = c.post(f"/v1/sessions/{sid}/steps", json={"action": "ls", "observation": "a.py"}).json()
+    assert "ignored_fields" not in d
