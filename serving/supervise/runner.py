@@ -124,8 +124,10 @@ class Supervisor:
                     if record.get("transcript_error"):
                         self.outcome, self.reason = "monitor_error", record["transcript_error"]
                         code = EXIT_PROBLEM
-                    else:
-                        self.outcome, self.reason = "finished", "ok"
+                    else:  # the agent's own failure is its harness's to judge: say it, exit 0
+                        rc = record.get("exit_code")
+                        self.outcome = "finished"
+                        self.reason = "ok" if rc in (0, None) else f"agent exited with code {rc}"
                     break
                 last, diff, packet = stop, record.pop("_diff"), Path(record["restart_packet"])
                 budget_stop = bool(record.get("budget_stop"))  # ours, across attempts: no retry

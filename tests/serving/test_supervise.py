@@ -121,7 +121,7 @@ def test_clean_agent_exits_0_after_one_attempt(bundle, repo, tmp_path):
     assert body["attempts"][0]["stopped"] is False
     assert body["attempts"][0]["exit_code"] == 0
     assert body["attempts"][0]["steps"] == 4
-    assert body["outcome"] == "finished"
+    assert (body["outcome"], body["reason"]) == ("finished", "ok")  # exit 0: no agent error
     assert len(seen) == 1
     assert transcript.exists()  # a finished attempt's transcript stays where the agent wrote it
     assert (repo / "x.py").read_text() == "def f():\n    return 3\n"

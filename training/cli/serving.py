@@ -100,7 +100,7 @@ def _score(args: argparse.Namespace) -> int:
             f"threshold={_threshold_text(result, scorer.bundle.thresholds)}"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
-            print(f"  k={k:4d} score={s:.3f} {d.action:8s} {visible(d.reason)}")
+            print(f"  k={k:4d} score={_num(s)} {d.action:8s} {visible(d.reason)}")
         final = result.final
         if final.stop:
             print(f"STOP at step {final.step}: {visible(final.reason)}")
@@ -109,13 +109,19 @@ def _score(args: argparse.Namespace) -> int:
     return 1 if result.stop is not None else 0
 
 
+def _num(x: float) -> str:
+    """A score or threshold as text: 3 decimals, or 3 significant digits below 0.01 (a score
+    of 0.00016 against a threshold of 0.00155 must not read as 0.000 against 0.002)."""
+    return f"{x:.3g}" if x == x and 0 < abs(x) < 0.01 else f"{x:.3f}"
+
+
 def _threshold_text(result: RunResult, table: ThresholdTable | None) -> str:
     """The stop threshold a run used, and where from, in words."""
     src = result.threshold_origin
     if result.scorer != "monitor":  # served by the candidate the group chose (serving.choice)
         src = f"{src}; scored by {result.scorer}, chosen for this group"
     if result.threshold is not None:
-        return f"{result.threshold:.3f} ({src})"
+        return f"{_num(result.threshold)} ({src})"
     if src == "unknown-group" and table is not None:
         known = ", ".join(sorted(table.groups)) or "none"
         return (
