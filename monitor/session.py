@@ -206,12 +206,16 @@ class Session:
         `monitor.types.Step` or has fields of the wrong type) gives `continue` with reason
         `monitor_error` and the error in the evidence (`{"error": "TypeError: ..."}`), logged."""
         try:
-            if not isinstance(step, Step):
-                raise TypeError(f"observe() takes a monitor.types.Step, not {type(step).__name__}")
+            check_step(step)  # before any state changes: a bad step leaves the session as it was
             return self._observe(step)
         except Exception as e:  # noqa: BLE001 - the run goes on whatever the monitor does
             logger.exception("monitor_error at a step of run %r", self.run)
             k = int(self.tracker.values().get("steps", 0))
+            while len(self.scores) < k:  # counted by the tracker, not scored: keep them aligned
+                self.scores.append(None)
+                self.tokens.append(0)
+            if self.stopped is not None and self.stopped.step == k:
+                return self.stopped  # it stopped at this step before the failure
             decision = Decision("continue", "monitor_error", step=k, evidence=_error(e))
             try:
                 self.log.record(decision, run=self.run, agent=self.agent, session=self.session_id)
@@ -425,3 +429,23 @@ class Session:
 def _error(e: BaseException) -> dict[str, str]:
     """A monitor_error decision's evidence: the error, one line."""
     return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+_TEXT = ("kind", "thought", "tool", "action", "observation", "role")
+
+
+def check_step(step: object) -> None:
+    """TypeError naming the field when `step` is not a Step whose fields have their types."""
+    if not isinstance(step, Step):
+        raise TypeError(f"observe() takes a monitor.types.Step, not {type(step).__name__}")
+    for name in _TEXT:
+        if not isinstance(getattr(step, name), str):
+            raise TypeError(f"Step.{name} must be text, not {type(getattr(step, name)).__name__}")
+    for name in ("tokens_in", "tokens_out"):
+        v = getattr(step, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"Step.{name} must be an int, not {type(v).__name__}")
+    for name in ("cost_usd", "timestamp"):
+        v = getattr(step, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise TypeError(f"Step.{name} must be a number or None, not {type(v).__name__}")

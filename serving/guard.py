@@ -38,18 +38,21 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> J
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-_FORM = b"application/x-www-form-urlencoded"
+_FORMS = (b"application/x-www-form-urlencoded", b"multipart/form-data")
 
 
-def json_body(scope: dict) -> dict:
-    """Every body this service takes is JSON: one sent as a form (curl's `-d` without a
-    content-type header) is read as JSON, so it gets the JSON errors (400 not JSON, 422 a bad
-    field), not a puzzling "valid dictionary" one."""
-    headers = scope.get("headers") or []
-    if not any(k == b"content-type" and v.split(b";")[0].strip() == _FORM for k, v in headers):
-        return scope
-    fixed = [(k, b"application/json" if k == b"content-type" else v) for k, v in headers]
-    return {**scope, "headers": fixed}
+def form_refusal(scope: dict) -> JSONResponse | None:
+    """415 for a body sent as a form: every body this service takes is JSON. A browser page may
+    post a form to a loopback service without asking (no CORS preflight), so a form is never
+    read as JSON; curl's `-d` sends one unless told `-H 'content-type: application/json'`."""
+    for k, v in scope.get("headers") or []:
+        if k == b"content-type" and v.split(b";")[0].strip().lower() in _FORMS:
+            return error(
+                415,
+                "request bodies are JSON: send `content-type: application/json` "
+                "(curl: -H 'content-type: application/json')",
+            )
+    return None
 
 
 class Guard:
@@ -84,7 +87,6 @@ class Guard:
             return
         t0 = anyio.current_time()
         status = [0]
-        scope = json_body(scope)
 
         async def send_status(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -92,6 +94,10 @@ class Guard:
             await send(message)
 
         try:
+            refused = form_refusal(scope)
+            if refused is not None:
+                await refused(scope, receive, send_status)
+                return
             early, replay = await self._read_body(scope, receive)
             if early is not None:
                 await early(scope, receive, send_status)

@@ -163,12 +163,24 @@ NUMBERS = ("tokens_in", "tokens_out", "cost_usd", "timestamp")
 
 
 _WARNED: set[str] = set()
+_MAX_WARNED = 100  # names remembered (and logged) at most: random names must not grow it
+
+
+def shown_fields(names: list[str]) -> list[str]:
+    """Unknown field names as an answer names them: at most 20, each at most 60 characters,
+    control characters escaped."""
+    return [check_safe(n)[:60] for n in names[:20]]
+
+
+def check_safe(name: str) -> str:
+    return name.encode("unicode_escape").decode("ascii")
 
 
 def log_ignored(names: list[str]) -> None:
-    """Log once per field name that a client sends step fields no Step has."""
-    new = [n for n in names if n not in _WARNED]
-    if new:
+    """Log once per field name that a client sends step fields no Step has (the first
+    `_MAX_WARNED` names only; escaped and cut, so a name cannot forge a log line)."""
+    new = [n for n in shown_fields(names) if n not in _WARNED]
+    if new and len(_WARNED) < _MAX_WARNED:
         _WARNED.update(new)
         log.warning(
             "steps with fields that are not Step fields were ignored: %s (known: %s)",

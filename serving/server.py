@@ -59,25 +59,22 @@ def _hard_exit_after(seconds: float) -> None:
     t.start()
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port (port 0: any free one), ready for the server to listen on.
+def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A TCP socket listening on host:port (port 0: any free one), as uvicorn would bind it
+    (IPv6 when the host has a colon, else IPv4: `localhost` is 127.0.0.1, "" every interface).
 
     Raises:
         OSError: the address cannot be bound (in use, not this machine's, no permission), named.
     """
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as e:
-        raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
+        sock.bind((host, port))
+        sock.listen(backlog)  # connections from now on wait for the server, none is refused
     except OSError as e:
         sock.close()
         raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    sock.set_inheritable(True)
     return sock
 
 

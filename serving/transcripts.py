@@ -144,9 +144,12 @@ def read_transcript_bytes(
     here = {Path(tmp).name, Path(tmp).parent.name, Path(tmp).parent.parent.name}
     if traj.source in here:
         traj.source = ""
-    if tmp in traj.id or traj.id.split("/", 1)[0] in here:
-        traj.id = traj.id.rsplit("/", 1)[-1] if traj.id else ""
-    if traj.instance_id == "transcript" and name.split(".")[0] == "transcript":
+    if traj.run in here:
+        traj.run = ""
+    if tmp in traj.id or any(part in here for part in traj.id.split("/")):
+        traj.id = name if traj.id else ""
+    default = name.split(".")[0] == "transcript"  # the client named no file: no task in it
+    if traj.instance_id in here or (default and traj.instance_id.split(".")[0] == "transcript"):
         traj.instance_id = ""
     traj.path = filename
     return traj

@@ -155,8 +155,9 @@ class TranscriptWatch:
         self._mark: FileMark | None = None
         self._pending_why = ""  # why the last run ended, told when the next one starts
         self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
-        self._run_dollars = 0.0  # what the current run's dollars added to totals
         """Steps, tokens and dollars of every step observed, over all runs at this path."""
+        self._step_dollars = 0.0  # the current run's observed steps' costs
+        self._run_dollars = 0.0  # what the current run added to totals["dollars"]
 
     def poll(self, *, final: bool = False) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
@@ -191,38 +192,54 @@ class TranscriptWatch:
             )
         if not why and self.session is not None and len(traj.steps) < self.seen:
             why = f"it now has {len(traj.steps)} steps, {self.seen} were seen"
+        out: list[Decision] = []
         if why:
-            self._replaced(why, mark)
+            out += self._replaced(why, mark)
         self._mark = mark
         self.traj = traj
         if self.session is None:
             self._start(traj, why)
-        out = []
         cut = len(traj.steps)
         while not final and cut > self.seen and awaits_result(traj.steps[cut - 1]):
             cut -= 1
-        for step in traj.steps[self.seen : cut]:
+        out += self._observe(traj.steps[self.seen : cut])
+        return out
+
+    def _observe(self, steps: list[Step]) -> list[Decision]:
+        """Observe `steps` (the next ones of the current run); count them in the totals."""
+        out = []
+        for step in steps:
             self.seen += 1  # before observing: a session that raises must not see it again
             self.totals["steps"] += 1
             self.totals["tokens"] += step.tokens
-            self.totals["dollars"] += step.cost_usd or 0.0
-            self._run_dollars += step.cost_usd or 0.0
+            self._step_dollars += step.cost_usd or 0.0
+            assert self.session is not None
             out.append(self.session.observe(step))
         # A run's reported total cost (Claude Code's result record, written at its end) counts
-        # where its steps carry less: the budgets see what the transcript says it cost.
-        reported = traj.totals.cost_usd if traj.totals is not None else None
-        if reported is not None and reported > self._run_dollars:
-            self.totals["dollars"] += reported - self._run_dollars
-            self._run_dollars = reported
+        # where its steps carry less: the budgets see what the transcript says it cost, once.
+        traj = self.traj
+        reported = traj.totals.cost_usd if traj is not None and traj.totals is not None else None
+        counted = max(self._step_dollars, reported or 0.0)
+        if counted > self._run_dollars:
+            self.totals["dollars"] += counted - self._run_dollars
+            self._run_dollars = counted
         return out
 
-    def _replaced(self, why: str, mark: FileMark) -> None:
+    def _flush(self) -> list[Decision]:
+        """The current run is over: observe the calls held back for their results, as they are."""
+        if self.session is None or self.ended or self.traj is None:
+            return []
+        return self._observe(self.traj.steps[self.seen :])
+
+    def _replaced(self, why: str, mark: FileMark) -> list[Decision]:
         if self.on_replace == "stop":
             raise TranscriptReplaced(self.path, f"{why}; not splicing it onto run {self.run!r}")
         log.warning("%s: %s; ending run %r, the new content is a new run", self.path, why, self.run)
+        held = self._flush()  # the old run's last call, held for its result: it ran
         self._end_session()
         self._mark = mark
         self._pending_why = why
+        return held
 
     def _start(self, traj: Trajectory, why: str) -> None:
         why = why or self._pending_why
@@ -239,7 +256,7 @@ class TranscriptWatch:
             instance_id=self.instance_id or traj.instance_id,  # a known task: its own choice
         )
         self.seen = 0
-        self._run_dollars = 0.0
+        self._step_dollars = self._run_dollars = 0.0
         self.ended = False
         if self.on_new_run is not None:
             self.on_new_run(run, why)
@@ -259,8 +276,13 @@ class TranscriptWatch:
         self.seen = 0
 
     def end(self) -> None:
-        """The watch is over: log the current run's end record (once)."""
+        """The watch is over: observe a call still held for its result (its tokens and cost
+        count), then log the current run's end record (once)."""
         if self.session is not None and not self.ended:
+            try:
+                self._flush()
+            except Exception:  # noqa: BLE001 - the end record must still be written
+                log.exception("%s: could not observe the held call of run %r", self.path, self.run)
             try:
                 self.session.end()
             finally:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
 from monitor.textio import json_safe
-from serving.schemas import SessionRequest, StepIn, log_ignored
+from serving.schemas import SessionRequest, StepIn, log_ignored, shown_fields
 from serving.sessions import Full
 from serving.state import AppState, app_state, unknown_session
 
@@ -72,7 +72,7 @@ def add_step(sid: str, step: StepIn, state: State) -> Any:
         live.steps += 1
     out = decision.to_dict()
     if step.ignored():
-        out["ignored_fields"] = step.ignored()
+        out["ignored_fields"] = shown_fields(step.ignored())
         log_ignored(step.ignored())
     return json_safe(out)
 

@@ -120,8 +120,12 @@ def test_a_step_of_the_wrong_kind_gives_monitor_error_never_an_exception() -> No
     d = s.observe(Step(index=0, tool=5, action=b"ls", observation=None))  # type: ignore[arg-type]
     assert (d.action, d.reason) == ("continue", "monitor_error")
     assert d.evidence["error"]
-    assert log.decisions[("continue", "monitor_error")] == 2
-    assert s.observe(bash(1, "ls", "a.py")).action == "continue"  # the session goes on
+    d = s.observe(Step(index=0, action="ls", tokens_in="5"))  # type: ignore[arg-type]
+    assert "tokens_in must be an int" in d.evidence["error"]
+    assert log.decisions[("continue", "monitor_error")] == 3
+    d = s.observe(bash(1, "ls", "a.py"))  # the session goes on, as if the bad steps never came
+    assert (d.action, d.step, d.score) == ("continue", 1, 0.1)
+    assert s.scores == [0.1]
 
 
 def test_stuck_pattern_stop_has_restart_packet_with_diff_and_summary() -> None:

@@ -168,3 +168,30 @@ def test_a_runs_reported_total_cost_counts_when_its_steps_carry_none(fixtures_di
     assert watch.totals["dollars"] == pytest.approx(0.0873)
     watch.poll(final=True)
     assert watch.totals["dollars"] == pytest.approx(0.0873)  # counted once
+
+
+def test_held_calls_count_once_when_the_run_is_replaced_or_ends(fixtures_dir, tmp_path):
+    """A held call ran: its tokens count when the file is replaced or the watch ends, and a
+    step's cost is never counted twice beside the run's reported total."""
+    from monitor.types import Step, Totals, Trajectory
+    from serving import watch as watch_mod
+
+    path = tmp_path / "run.jsonl"
+    path.write_text("x\n")
+    steps = [
+        Step(index=0, action="ls", observation="a.py", tokens_in=100, cost_usd=0.10),
+        Step(index=1, action="pytest", observation="", tokens_in=150, cost_usd=0.10),  # held
+    ]
+    traj = Trajectory(id="r", instance_id="t", agent="a", steps=steps, totals=Totals(cost_usd=0.2))
+    real = watch_mod.read_transcript
+    watch_mod.read_transcript = lambda *a, **k: traj  # type: ignore[assignment]
+    try:
+        monitor, _ = _monitor()
+        w = TranscriptWatch(path, monitor)
+        assert [d.step for d in w.poll()] == [1]
+        assert w.totals["dollars"] == pytest.approx(0.20)  # the run's reported total
+        w.end()  # the held call ran: counted now, its cost already in the total
+        assert (w.totals["steps"], w.totals["tokens"]) == (2, 250)
+        assert w.totals["dollars"] == pytest.approx(0.20)
+    finally:
+        watch_mod.read_transcript = real  # type: ignore[assignment]

@@ -181,6 +181,7 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
 def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-def]
     """Read the transcript every --interval seconds; a decision per new step (the end record is
     logged when the watch ends). A replaced or truncated file starts a new run (serving.watch)."""
+    import os
     import time
     from pathlib import Path
 
@@ -205,8 +206,15 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
         on_new_run=new_run,
     )
     last_growth = time.monotonic()
+    size = -1
     try:
         while True:
+            try:  # the file growing counts as life, scored or not (a held call makes no decision)
+                now_size = os.stat(args.transcript).st_size
+            except OSError:
+                now_size = -1
+            if now_size != size:
+                size, last_growth = now_size, time.monotonic()
             # --once, or quiet for --idle seconds: the run is over, a last call is scored as is
             final = args.once or time.monotonic() - last_growth > args.idle
             try:
@@ -228,7 +236,7 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
                     why = (
                         "does not exist"
                         if not Path(args.transcript).exists()
-                        else ("was never readable as a transcript")
+                        else "was never readable as a transcript"
                     )
                     print(
                         f"failfast watch: {args.transcript} {why} within --idle "
