@@ -89,6 +89,15 @@ def ingest(
             ):
                 s.problems += 1
                 break
+    for name, stats in sorted(summary.sources.items()):
+        if len(stats.agents) > 1:  # thresholds are per source: one group for several agents
+            summary.warnings.append(
+                f"source {name!r} holds runs of {len(stats.agents)} agents "
+                f"({', '.join(sorted(stats.agents))}): thresholds are fitted per source, so put "
+                "each agent's runs in a folder of its own (docs/USAGE.md, layouts and names)"
+            )
+    if not runs:  # a mistyped or unmounted path must not replace a corpus with an empty one
+        return summary
     with atomic_dir(out) as tmp:  # a kill mid-write leaves the previous corpus whole
         write_corpus(runs, tmp)
         (tmp / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")

@@ -138,6 +138,7 @@ class LabelJoin:
         self.index = LabelIndex(labels)
         self.matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
         self.uncovered: dict[str, list[str]] = {}  # source folder -> runs no label file covers
+        self.unnamed: dict[str, list[str]] = {}  # source folder -> covered runs with no verdict
 
     def label(self, traj: Trajectory, path: Path, problems: list[Problem]) -> None:
         """Set `traj.resolved` from the label files; note disagreements as Problems."""
@@ -152,9 +153,10 @@ class LabelJoin:
         if lf is None and run_paths[1] != run_paths[0]:
             verdict, lf, other = self.index.pick(run_paths[1], traj.instance_id)
         traj.resolved = verdict
-        if lf is None and not any(f.covers(p) for f in self.labels for p in run_paths):
+        if lf is None:
             root = next((p for p in walked.parents if p.name == traj.source), walked.parent)
-            self.uncovered.setdefault(str(root), []).append(traj.id)
+            covered = any(f.covers(p) for f in self.labels for p in run_paths)
+            (self.unnamed if covered else self.uncovered).setdefault(str(root), []).append(traj.id)
         if lf is not None and other is not None:
             problems.append(
                 Problem(
@@ -179,6 +181,14 @@ class LabelJoin:
                 Problem(
                     root,
                     f"{len(ids)} run(s) that no label file covers (no verdict): {_shown(sorted(ids))}",
+                )
+            )
+        for root, ids in sorted(self.unnamed.items()):
+            problems.append(
+                Problem(
+                    root,
+                    f"{len(ids)} run(s) that the label files here do not name (no verdict): "
+                    f"{_shown(sorted(ids))}",
                 )
             )
 

@@ -215,6 +215,8 @@ class _Walk:
                     continue
                 if link:
                     self.found.links += 1
+                if (sub / "state.json").is_file() and (sub / "dataset_info.json").is_file():
+                    continue  # a corpus `ingest` wrote (its own --out, say): not transcripts
                 sub_key = self.first_visit(sub, chain)
                 if sub_key is None or self.run_dir(sub) or entry.name.startswith("."):
                     continue
@@ -247,6 +249,20 @@ def scan(paths: Iterable[str | Path], format: str | None = None) -> Scan:
     found.runs.sort()
     found.labels.sort()
     return found
+
+
+def given_labels(paths: Iterable[str | Path], found: Scan) -> list[Path]:
+    """Label files the user pointed at: a label file given as a path, and the label files of a
+    folder given as a path that holds no run (`ingest runs/ labels/`). They label every run they
+    name, wherever it lies, as `--labels` files do; a label file beside runs labels only the
+    runs of its own folder tree."""
+    out: list[Path] = []
+    for root in map(Path, paths):
+        if root.is_file():
+            out += [root] if root in found.labels else []
+        elif root.is_dir() and not any(r.is_relative_to(root) for r in found.runs):
+            out += [p for p in found.labels if p.is_relative_to(root)]
+    return out
 
 
 def read_runs(
@@ -284,7 +300,9 @@ def read_runs(
     if scanned is not None:
         scanned.runs, scanned.labels, scanned.links = found.runs, found.labels, found.links
         scanned.problems = found.problems
-    join = LabelJoin(load_labels(found.labels, problems) + load_explicit(labels, problems))
+    given = given_labels(paths, found)
+    near = [p for p in found.labels if p not in given]
+    join = LabelJoin(load_labels(near, problems) + load_explicit([*given, *labels], problems))
     seen: dict[str, str] = {}
     runs: Iterable[Path] = found.runs
     if progress:

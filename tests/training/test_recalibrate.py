@@ -280,7 +280,7 @@ def test_calibrate_refuses_an_uncertifiable_served_target(bundle, tmp_path, caps
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert "needs at least 59 resolved validation runs, has 9" in captured.out
-    assert "nothing written" in captured.err
+    assert "no bundle written" in captured.err
     assert not (tmp_path / "b2").exists()
     assert main([*argv[:-1], "--out", str(bundle), "--method", "conformal"]) == 2
 

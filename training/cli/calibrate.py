@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import TYPE_CHECKING, Any, get_args
 
 from monitor.escape import visible
@@ -138,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from monitor.errors import BundleError, ConfigError
+    from monitor.errors import BundleError, ConfigError, FailfastError
     from serving.scorer import Scorer
 
     try:
@@ -153,8 +154,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         records, data, runs = calibration_records(args, scorer, cfg.group_by)
         if args.check is not None:
             records = _check(args, scorer, cfg, records, data, runs)
-    except (BundleError, ConfigError, ValueError, OSError) as e:
-        return problem(e)
+    except (BundleError, ConfigError, FailfastError, ValueError, OSError) as e:
+        return problem(e)  # FailfastError: e.g. a damaged corpus in --data
     return _write(args, scorer, cfg, records, data)
 
 
@@ -207,6 +208,14 @@ def _check(
     data["check"] = got.record(args.check, args.seed)
     if args.recalibrate_all:
         print(f"recalibrating on all {len(records)} runs (--recalibrate-all)")
+        unchecked = sorted(g for g, t in got.table.groups.items() if t.stop_at(served) is None)
+        if unchecked:  # their new thresholds come from all runs, none held out to test them
+            print(
+                f"warning: the check could not calibrate {', '.join(unchecked)} at {served:g} on "
+                "its calibration part, so no held-out run tested the threshold the bundle now "
+                "gets for it; check again with more resolved runs before trusting it",
+                file=sys.stderr,
+            )
         data["check"]["bundle"] = "recalibrated on every run after the check"
         return records
     data["check"]["bundle"] = "the checked one (calibrated on the calibration part)"
@@ -287,7 +296,7 @@ def _write(
         if "pooled" in refused or result.pooled != "recalibrated":
             why = (
                 f"no group of the data can certify the served target {served:g} (see above); "
-                "nothing written. Give more resolved runs, a larger --serve-target, or another "
+                "no bundle written (a --check report is kept beside it). Give more resolved runs, a larger --serve-target, or another "
                 "--method"
             )
             return problem(ValueError(why))

@@ -41,7 +41,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     import time
 
     from monitor.corpus import ingest
+    from monitor.errors import LabelError
+    from monitor.labels import load_label
 
+    for f in args.labels:  # a label file named by a flag must be usable: else nothing is labelled
+        try:
+            load_label(f, explicit=True)
+        except LabelError as e:
+            print(f"error: --labels {e}", file=sys.stderr)
+            return 2
     t0 = time.perf_counter()
     try:
         summary = ingest(args.paths, args.out, format=args.format, labels=args.labels)
@@ -55,7 +63,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     print(f"{summary.runs} runs, {len(summary.problems)} problems{links}, "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip
     if summary.runs == 0:
-        print("error: no run could be read", file=sys.stderr)
+        print(f"error: no run could be read; {args.out} was left as it was", file=sys.stderr)
         return 2
     return 1 if args.strict and summary.problems else 0
 

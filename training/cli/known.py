@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _known_tasks(args: argparse.Namespace) -> int:
-    from monitor.errors import BundleError, LabelError
+    from monitor.errors import BundleError, FailfastError, LabelError
     from training.data.runs import load_runs
     from training.export.known_tasks import add_verdicts, table_agents
     from training.export.verdict_files import read_instances, verdict_runs
@@ -53,7 +53,11 @@ def _known_tasks(args: argparse.Namespace) -> int:
     if not args.verdicts and (args.verdicts_agent or args.instances):
         print("error: --verdicts-agent and --instances go with --verdicts FILE", file=sys.stderr)
         return 2
-    runs = load_runs(args.data, labels=args.labels) if args.data else []
+    try:
+        runs = load_runs(args.data, labels=args.labels) if args.data else []
+    except FailfastError as e:  # a damaged corpus
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.data and not runs:
         print(f"error: no run could be read from {' '.join(args.data)}", file=sys.stderr)
         return 2

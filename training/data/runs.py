@@ -6,6 +6,7 @@ never turned into failures.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -15,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from monitor.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,7 +102,7 @@ def load_runs(
     """Runs from `--data` paths: an ingest output folder (monitor.corpus) or raw transcripts and
     label files (monitor.reading.read_runs; `labels` are `--labels` files, joined wherever their
     runs lie). Unreadable files are reported by the readers, not raised, so one bad file never
-    stops training."""
+    stops training; they are logged as warnings, "path: what is wrong"."""
     from monitor import corpus, reading
 
     runs: list[Trajectory] = []
@@ -110,5 +113,12 @@ def load_runs(
         else:
             raw.append(p)
     if raw:
-        runs.extend(reading.read_runs(raw, labels=labels))
+        problems: list = []
+        runs.extend(reading.read_runs(raw, labels=labels, problems=problems))
+        for prob in problems[:20]:  # skipped files and label notes: said, never silent
+            log.warning("%s", prob)
+        if len(problems) > 20:
+            log.warning(
+                "... %d more problems reading %s", len(problems) - 20, ", ".join(map(str, raw))
+            )
     return runs

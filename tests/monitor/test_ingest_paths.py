@@ -1,0 +1,92 @@
+"""What a user points ingest at: a folder of label files beside a folder of runs labels them
+(`ingest runs/ labels/`, as USAGE shows), a run a covering label file does not name is listed,
+a path with no run leaves the previous corpus whole, an unusable `--labels` file is an error,
+a corpus inside the walk is not read as transcripts, and one source of several agents is
+warned about."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from monitor.corpus import ingest, load_corpus
+from training.cli import main
+
+IDS = ["astropy__astropy-12907", "astropy__astropy-14182", "astropy__astropy-14365"]
+
+
+@pytest.fixture
+def layout(data_dir: Path, tmp_path: Path) -> Path:
+    runs = tmp_path / "my-runs"
+    runs.mkdir()
+    for iid in IDS:
+        src = data_dir / "swe-bench-lite" / "swe-agent-gpt4" / "cost_2_1" / f"{iid}.traj.gz"
+        shutil.copy(src, runs / src.name)
+    labels = tmp_path / "my-labels"
+    labels.mkdir()
+    report = {"resolved_ids": [IDS[0]], "unresolved_ids": [IDS[1]]}  # IDS[2] not named
+    (labels / "report.json").write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_a_labels_folder_beside_the_runs_labels_them(
+    layout: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = layout / "corpus"
+    rc = main(["ingest", str(layout / "my-runs"), str(layout / "my-labels"), "--out", str(out)])
+    assert rc == 0
+    got = {r.instance_id: r.resolved for r in load_corpus(out)}
+    assert got == {IDS[0]: True, IDS[1]: False, IDS[2]: None}
+    printed = capsys.readouterr()
+    assert (
+        "1 run(s) that the label files here do not name (no verdict)" in printed.out + printed.err
+    )
+    # the same again with nothing readable: the corpus stays as it was
+    assert main(["ingest", str(layout / "typo"), "--out", str(out)]) == 2
+    assert "left as it was" in capsys.readouterr().err
+    assert len(load_corpus(out)) == 3
+
+
+def test_an_unusable_labels_file_is_an_error(layout: Path, capsys) -> None:
+    argv = ["ingest", str(layout / "my-runs"), "--labels", str(layout / "nope.json")]
+    assert main([*argv, "--out", str(layout / "c")]) == 2
+    assert "nope.json" in capsys.readouterr().err
+    assert not (layout / "c").exists()
+
+
+def test_a_corpus_inside_the_walk_is_not_read_as_transcripts(layout: Path) -> None:
+    ingest([layout / "my-runs"], layout / "my-runs" / "corpus", progress=False)
+    again = ingest([layout / "my-runs"], layout / "my-runs" / "corpus", progress=False)
+    assert again.runs == 3
+    inside = str(layout / "my-runs" / "corpus")
+    assert not [p for p in again.problems if p.path.startswith(inside)]
+
+
+def test_one_source_of_several_agents_is_warned_about(data_dir: Path, tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(
+        next((data_dir / "swe-bench-lite" / "swe-agent-gpt4" / "cost_2_1").iterdir()), mixed
+    )
+    mini = next((data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro").glob("trajs/*/*"))
+    shutil.copy(mini, mixed)
+    summary = ingest([mixed], tmp_path / "c", progress=False)
+    assert any("holds runs of 2 agents" in w for w in summary.warnings)
+
+
+def test_commands_reading_raw_runs_say_which_files_they_skipped(
+    layout: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from training.data.runs import load_runs
+
+    bad = layout / "my-runs" / "broken.traj"
+    bad.write_bytes(b"\x00\x01 not a transcript")
+    with caplog.at_level(logging.WARNING):
+        runs = load_runs([layout / "my-runs"], labels=[layout / "my-labels" / "report.json"])
+    assert len(runs) == 3
+    assert f"{bad}:" in caplog.text
