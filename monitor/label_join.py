@@ -65,16 +65,19 @@ class LabelIndex:
         return self._naming.get(instance_id, [])
 
     def pick(
-        self, run_path: Path, instance_id: str
+        self, run_path: Path, instance_id: str, *, defaults: bool = True
     ) -> tuple[bool | None, LabelFile | None, LabelFile | None]:
         """The verdict for one run, the label file it came from, and a file that disagrees.
 
         Files that name the instance beat files that only give a default; then the deepest
         scope; then the kind order per-instance report > run report > summary > plain lists.
         A disagreeing file is one that also names the instance with the opposite verdict.
+        `defaults=False`: only files that name the instance (a run reached through a link
+        under another name is not one its real folder's plain lists left out).
         """
         run_path = Path(os.path.abspath(run_path))
-        candidates = {id(lf): lf for lf in self._by_id.get(instance_id, []) + self._defaults}
+        fallback = self._defaults if defaults else []
+        candidates = {id(lf): lf for lf in self._by_id.get(instance_id, []) + fallback}
         applicable = [lf for lf in candidates.values() if lf.covers(run_path)]
         if not applicable:
             return None, None, None
@@ -151,7 +154,12 @@ class LabelJoin:
                 self.matched[id(named)].add(traj.instance_id)
         verdict, lf, other = self.index.pick(run_paths[0], traj.instance_id)
         if lf is None and run_paths[1] != run_paths[0]:
-            verdict, lf, other = self.index.pick(run_paths[1], traj.instance_id)
+            # Through the link's target folder only a file naming the run labels it: a link
+            # may rename the run, and that folder's plain lists would call the new name failed.
+            renamed = run_paths[1].name != walked.name
+            verdict, lf, other = self.index.pick(
+                run_paths[1], traj.instance_id, defaults=not renamed
+            )
         traj.resolved = verdict
         if lf is None:
             root = next((p for p in walked.parents if p.name == traj.source), walked.parent)

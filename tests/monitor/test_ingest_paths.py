@@ -90,3 +90,17 @@ def test_commands_reading_raw_runs_say_which_files_they_skipped(
         runs = load_runs([layout / "my-runs"], labels=[layout / "my-labels" / "report.json"])
     assert len(runs) == 3
     assert f"{bad}:" in caplog.text
+
+
+def test_a_run_renamed_through_a_link_gets_no_default_verdict(layout: Path) -> None:
+    """The link's target folder has plain lists (every unnamed run failed): the run reached
+    under another name is not one they left out, so it gets no verdict rather than a failure."""
+    real = layout / "my-runs"
+    (real / "final_report.json").write_text(json.dumps({"resolved": [IDS[0]]}))
+    links = layout / "linked"
+    links.mkdir()
+    (links / "renamed.traj.gz").symlink_to(real / f"{IDS[0]}.traj.gz")
+    (links / f"{IDS[1]}.traj.gz").symlink_to(real / f"{IDS[1]}.traj.gz")
+    ingest([links, real], layout / "c", progress=False)  # the real folder's labels are found
+    got = {r.instance_id: r.resolved for r in load_corpus(layout / "c") if "linked" in r.path}
+    assert got == {"renamed": None, IDS[1]: False}  # the same name: the default still applies

@@ -97,7 +97,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     index = LabelIndex(labels)
     verdict, label_file, _ = index.pick(run_path.absolute(), traj.instance_id)
     if label_file is None and run_path.resolve() != run_path.absolute():
-        verdict, label_file, _ = index.pick(run_path.resolve(), traj.instance_id)
+        renamed = run_path.resolve().name != run_path.name  # as ingest joins it (label_join)
+        verdict, label_file, _ = index.pick(
+            run_path.resolve(), traj.instance_id, defaults=not renamed
+        )
     traj.resolved = verdict
     if args.json:
         print(json.dumps(traj.to_dict(), indent=1, default=str))
