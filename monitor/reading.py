@@ -169,10 +169,10 @@ class _Walk:
         """The folder's identity when it is new; None (and a Problem) for a loop or a repeat."""
         st = p.stat()
         key = (st.st_dev, st.st_ino)
-        if key in chain:  # a link back to a folder above it
-            self.found.problems.append(
-                Problem(str(p), f"symbolic link loop to {os.path.realpath(p)} (skipped)")
-            )
+        real, above = os.path.realpath(p), os.path.realpath(p.parent)
+        up = p.is_symlink() and (above == real or above.startswith(real.rstrip(os.sep) + os.sep))
+        if key in chain or up:  # a link back to a folder above it (given or not)
+            self.found.problems.append(Problem(str(p), f"symbolic link loop to {real} (skipped)"))
             return None
         if key in self.seen:
             self.found.problems.append(

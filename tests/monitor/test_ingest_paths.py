@@ -104,3 +104,10 @@ def test_a_run_renamed_through_a_link_gets_no_default_verdict(layout: Path) -> N
     ingest([links, real], layout / "c", progress=False)  # the real folder's labels are found
     got = {r.instance_id: r.resolved for r in load_corpus(layout / "c") if "linked" in r.path}
     assert got == {"renamed": None, IDS[1]: False}  # the same name: the default still applies
+
+
+def test_a_link_to_a_folder_above_the_given_one_is_a_loop(layout: Path) -> None:
+    (layout / "my-runs" / "up").symlink_to(layout)  # above the path given: not walked into
+    summary = ingest([layout / "my-runs"], layout / "c", progress=False)
+    assert summary.runs == 3
+    assert any("symbolic link loop" in p.reason for p in summary.problems)
