@@ -211,8 +211,10 @@ def test_results_folder_labels_its_submission(data_dir: Path, tmp_path: Path) ->
         iids[4]: False,
         iids[5]: None,  # named by no list: no verdict
     }
-    assert [Path(p.path).name for p in problems] == ["results.json"]
+    assert [Path(p.path).name for p in problems] == ["results.json", sub.name]
     assert "ghost__ghost-1" in problems[0].reason
+    assert "do not name" in problems[1].reason  # the run with no verdict is listed
+    assert iids[5] in problems[1].reason
 
 
 def test_explicit_label_file_labels_runs_anywhere(data_dir: Path, tmp_path: Path) -> None:
