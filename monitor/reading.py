@@ -111,7 +111,22 @@ def read_trajectory(path: str | Path, format: str | None = None) -> Trajectory:
         TranscriptError: naming the file, when it cannot be read as a run.
     """
     path = Path(path)
-    return _module(path, format).read(path)
+    try:
+        return _module(path, format).read(path)
+    except TranscriptError:
+        if not path.is_dir():
+            raise
+    # A folder that holds runs rather than being one (a mini-swe-agent instance folder holds
+    # its `<instance>.traj.json`): read its one run, or say which it holds.
+    inside = [p for p in scan([path], format).runs if p != path]
+    if len(inside) == 1:
+        return read_trajectory(inside[0], format)
+    if not inside:
+        raise TranscriptError(path, "a folder with no run of any known format in it")
+    names = ", ".join(p.name for p in inside[:3]) + (", ..." if len(inside) > 3 else "")
+    raise TranscriptError(
+        path, f"a folder of {len(inside)} runs ({names}): give one of them, or ingest the folder"
+    )
 
 
 def _read_all(path: Path, format: str | None) -> list[Trajectory]:

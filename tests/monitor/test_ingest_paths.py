@@ -111,3 +111,22 @@ def test_a_link_to_a_folder_above_the_given_one_is_a_loop(layout: Path) -> None:
     summary = ingest([layout / "my-runs"], layout / "c", progress=False)
     assert summary.runs == 3
     assert any("symbolic link loop" in p.reason for p in summary.problems)
+
+
+def test_a_folder_holding_one_run_reads_as_it(data_dir: Path, tmp_path: Path) -> None:
+    from monitor.errors import TranscriptError
+    from monitor.reading import read_trajectory
+
+    folder = next((data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro").glob("trajs/*"))
+    assert read_trajectory(folder).instance_id == folder.name  # its <instance>.traj.json
+    with pytest.raises(TranscriptError, match="a folder of 3 runs"):
+        read_trajectory(_three(data_dir, tmp_path))
+
+
+def _three(data_dir: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "three"
+    out.mkdir()
+    for iid in IDS:
+        src = data_dir / "swe-bench-lite" / "swe-agent-gpt4" / "cost_2_1" / f"{iid}.traj.gz"
+        shutil.copy(src, out / src.name)
+    return out
