@@ -158,6 +158,7 @@ class TranscriptWatch:
         """Steps, tokens and dollars of every step observed, over all runs at this path."""
         self._step_dollars = 0.0  # the current run's observed steps' costs
         self._run_dollars = 0.0  # what the current run added to totals["dollars"]
+        self._held = (0, 0)  # steps and tokens of held calls counted in totals
 
     def poll(self, *, final: bool = False) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
@@ -203,6 +204,7 @@ class TranscriptWatch:
         while not final and cut > self.seen and awaits_result(traj.steps[cut - 1]):
             cut -= 1
         out += self._observe(traj.steps[self.seen : cut])
+        self._account()
         return out
 
     def _observe(self, steps: list[Step]) -> list[Decision]:
@@ -215,21 +217,32 @@ class TranscriptWatch:
             self._step_dollars += step.cost_usd or 0.0
             assert self.session is not None
             out.append(self.session.observe(step))
-        # A run's reported total cost (Claude Code's result record, written at its end) counts
-        # where its steps carry less: the budgets see what the transcript says it cost, once.
+        return out
+
+    def _account(self) -> None:
+        """Totals beyond the observed steps: the calls held for their results (their model
+        calls were made: the budgets count them now, and not again once observed), and a run's
+        reported total cost where its steps carry less (Claude Code's result record), once."""
         traj = self.traj
+        live = traj is not None and self.session is not None and not self.ended
+        held = traj.steps[self.seen :] if live and traj is not None else []
+        steps, tokens = len(held), sum(s.tokens for s in held)
+        self.totals["steps"] += steps - self._held[0]
+        self.totals["tokens"] += tokens - self._held[1]
+        self._held = (steps, tokens)
         reported = traj.totals.cost_usd if traj is not None and traj.totals is not None else None
-        counted = max(self._step_dollars, reported or 0.0)
+        counted = max(self._step_dollars + sum(s.cost_usd or 0.0 for s in held), reported or 0.0)
         if counted > self._run_dollars:
             self.totals["dollars"] += counted - self._run_dollars
             self._run_dollars = counted
-        return out
 
     def _flush(self) -> list[Decision]:
         """The current run is over: observe the calls held back for their results, as they are."""
         if self.session is None or self.ended or self.traj is None:
             return []
-        return self._observe(self.traj.steps[self.seen :])
+        out = self._observe(self.traj.steps[self.seen :])
+        self._account()
+        return out
 
     def _replaced(self, why: str, mark: FileMark) -> list[Decision]:
         if self.on_replace == "stop":

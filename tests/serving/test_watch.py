@@ -190,7 +190,11 @@ def test_held_calls_count_once_when_the_run_is_replaced_or_ends(fixtures_dir, tm
         w = TranscriptWatch(path, monitor)
         assert [d.step for d in w.poll()] == [1]
         assert w.totals["dollars"] == pytest.approx(0.20)  # the run's reported total
-        w.end()  # the held call ran: counted now, its cost already in the total
+        # the held call's model call was made: the budgets count it before its result
+        assert (w.totals["steps"], w.totals["tokens"]) == (2, 250)
+        assert w.poll() == []
+        assert (w.totals["steps"], w.totals["tokens"]) == (2, 250)  # not again
+        w.end()  # observed now, as it is; counted once
         assert (w.totals["steps"], w.totals["tokens"]) == (2, 250)
         assert w.totals["dollars"] == pytest.approx(0.20)
     finally:
