@@ -37,17 +37,29 @@ def restart_summary(
     return " ".join(parts)
 
 
-# An exception line ("ValueError: ...", pytest's "E   KeyError: 'x'"), then a failed test id.
+# An exception line ("ValueError: ...", pytest's "E   KeyError: 'x'", a bare "Error: ..." or
+# git's "fatal: ..."), then a failed test id.
 _EXCEPTION = re.compile(
     r"^(?:E\s+)?(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b"
+    r"|^(?:error|fatal)\s*:",
+    re.IGNORECASE,
 )
 _FAILED = re.compile(r"^(?:FAILED|ERROR)\b")
+# A harness's wrapper around a command's output (mini-swe-agent's `<returncode>1</returncode>`,
+# `<output>`, `</output>`): never the error itself.
+_WRAPPER = re.compile(r"</?[a-z_]+>(?:[^<]*</[a-z_]+>)?")
 
 
 def error_line(text: str, limit: int = 160) -> str:
     """The line of an error output that names the error: the last exception line, else the last
-    FAILED/ERROR line (pytest), else the last non-empty line ("1 failed in 0.12s" says less)."""
+    FAILED/ERROR line (pytest), else the last non-empty line ("1 failed in 0.12s" says less).
+    Output a harness wrapped in `<output>...</output>` is read inside the wrapper only (the
+    text after it is the harness's instructions to the agent)."""
+    start, end = text.rfind("<output>"), text.rfind("</output>")
+    if 0 <= start < end:
+        text = text[start + len("<output>") : end]
     lines = [ln.strip() for ln in text[-4000:].splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not _WRAPPER.fullmatch(ln)]
     pick = next((ln for ln in reversed(lines) if _EXCEPTION.match(ln)), None)
     pick = pick or next((ln for ln in reversed(lines) if _FAILED.match(ln)), None)
     pick = pick or (lines[-1] if lines else "")

@@ -249,3 +249,13 @@ def test_steps_after_a_stop_keep_stopping_with_their_own_step_and_score() -> Non
     assert first.restart is not None
     assert first.restart.task == "THE TASK"
     assert (s.check().step, s.check().action) == (5, "stop")
+
+
+def test_error_line_reads_inside_a_harness_wrapper() -> None:
+    from monitor.restart_summary import error_line
+
+    wrapped = "<returncode>1</returncode>\n<output>\nrunning\nError: boom\n</output>"
+    assert error_line(wrapped) == "Error: boom"
+    after = "<returncode>1</returncode>\n<output>\nfoo\nbar\n</output>\nsubmit your solution now"
+    assert error_line(after) == "bar"  # not the closing tag, not the harness's instructions
+    assert error_line("x\nfatal: not a git repository") == "fatal: not a git repository"
