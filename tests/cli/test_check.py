@@ -98,3 +98,27 @@ def test_nothing_to_read_exits_2_naming_the_path(
         assert f"no run could be read from {path}" in err
         if path.name == "missing":  # the problem reads as "path: what is wrong"
             assert f"warning: {path}: no such file" in err
+
+
+def test_evaluate_names_a_bad_path_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "notes.parquet").write_text("not parquet")
+    cases = [
+        (["--bundle", str(tmp_path / "nope")], "--bundle"),
+        (["--data", str(tmp_path), "--score-data"], "--score-data needs --bundle"),
+        (
+            ["--bundle", str(tmp_path / "b"), "--data", str(tmp_path / "x"), "--score-data"],
+            "--data",
+        ),
+        (["--records", str(tmp_path / "x.parquet")], "no such file"),
+        (["--records", str(tmp_path / "notes.parquet"), "--json", str(tmp_path)], "is a folder"),
+        (
+            ["--labels", str(tmp_path / "l.json"), "--records", str(tmp_path / "notes.parquet")],
+            "--labels",
+        ),
+    ]
+    for argv, says in cases:
+        assert main(["evaluate", *argv]) == 2, argv
+        assert says in capsys.readouterr().err, argv

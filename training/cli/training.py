@@ -225,18 +225,38 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
 
     def handler(args: argparse.Namespace) -> int:
         from monitor.config import load_config
+        from monitor.errors import FailfastError
         from training.config import EvalConfig
         from training.evaluate.inputs import find_inputs, write_report
 
-        cfg = load_config(EvalConfig, None, [f"target_fpr={args.target_fpr}", *args.override])
-        inputs = find_inputs(
-            bundle=args.bundle,
-            train_dir=args.train_dir,
-            records=args.records,
-            data=args.data,
-            labels=args.labels,
-            score_data=args.score_data,
-        )
+        try:
+            why = _evaluate_args_problem(args)
+            if why:
+                raise ValueError(why)
+            cfg = load_config(EvalConfig, None, [f"target_fpr={args.target_fpr}", *args.override])
+            inputs = find_inputs(
+                bundle=args.bundle,
+                train_dir=args.train_dir,
+                records=args.records,
+                data=args.data,
+                labels=args.labels,
+                score_data=args.score_data,
+            )
+        except (FailfastError, ValueError, OSError) as e:  # incl. unreadable --records (Arrow)
+            print(f"error: evaluate: {e}", file=sys.stderr)
+            return 2
+        if args.group and args.group not in inputs.thresholds.groups:
+            known = ", ".join(sorted(inputs.thresholds.groups)) or "none"
+            print(f"error: evaluate: --group {args.group!r} is not one of the thresholds' "
+                  f"groups ({known})", file=sys.stderr)  # fmt: skip
+            return 2
+        if args.data and not args.score_data and not args.records:
+            print(
+                f"note: the report covers the {len(inputs.records)} saved test records beside the "
+                "bundle; --data only feeds the rule baselines (add --score-data to score those "
+                "runs with the bundle)",
+                file=sys.stderr,
+            )
         if args.group:  # the thresholds' own key; the p95 Budget keeps the runs' own groups
             for r in inputs.records:
                 setattr(r, inputs.thresholds.group_by, args.group)
@@ -256,6 +276,31 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         return 0
 
     p.set_defaults(func=handler)
+
+
+def _evaluate_args_problem(args: argparse.Namespace) -> str:
+    """What is wrong with `failfast evaluate`'s paths before any work ("" when nothing)."""
+    from pathlib import Path
+
+    from monitor.errors import LabelError
+    from monitor.labels import load_label
+
+    if args.bundle and not Path(args.bundle).is_dir():
+        return f"--bundle {args.bundle}: no such folder"
+    if args.score_data and not (args.bundle and args.data):
+        return "--score-data needs --bundle and --data"
+    for flag, paths in (("--data", args.data or []), ("--records", args.records or [])):
+        missing = [p for p in paths if not Path(p).exists()]
+        if missing:
+            return f"{flag} {missing[0]}: no such file or folder"
+    for f in args.labels or []:
+        try:
+            load_label(f, explicit=True)
+        except LabelError as e:
+            return f"--labels {e}"
+    if args.json_out and Path(args.json_out).is_dir():
+        return f"--json {args.json_out} is a folder; give the report's file name (e.g. .../report.json)"
+    return ""
 
 
 def _register_demo(sub: argparse._SubParsersAction) -> None:
