@@ -71,7 +71,7 @@ def test_demo_end_to_end(tiny_model_dir, small_data, tmp_path, capsys):
     # the ingest table, the results table, the stage timings
     assert "coder-gpt4" in text
     assert "mini-swe-agent-gemini-3-pro" in text
-    assert "| overall | oracle |" in text
+    assert "| overall | oracle (the ceiling) |" in text
     assert "FPR@0.05" in text
     assert "FPR@0.1" in text
     for stage in ("ingest", "train", "evaluate", "total"):

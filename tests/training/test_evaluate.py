@@ -189,7 +189,7 @@ def test_evaluate_report_shape_and_loopbrake(tmp_path):
     assert res["monitor"]["resolution_after_restart"] >= res["monitor"]["resolution_after"]
     table = markdown_table(res)
     assert "| overall | monitor |" in table
-    assert "| s | loopbrake |" in table
+    assert "| s | loopbrake (fixed rule) |" in table
     json.dumps(res)  # serialisable
 
 

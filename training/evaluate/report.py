@@ -83,8 +83,11 @@ VIEWS = {
     ),
     "baselines": (
         "score baselines and the Budget tuned on the evaluated runs to the monitor's realized "
-        "FPR: a hindsight upper bound for each, not what it would save shipped"
+        "FPR (`tuned on these runs`): a hindsight upper bound for each, not what it would save "
+        "shipped; the fixed rules (`fixed rule`: transcript analyser, stuck patterns, LoopBrake) "
+        "at their own settings, tuned on nothing"
     ),
+    "oracle": "stops every failing run at its first checked step and no resolved run: the ceiling",
     "auroc_live": "AUROC among runs still going at step k / t tokens: what modelling uses",
     "auroc": "AUROC at a fraction of each run's own length (leaks the run's length)",
 }
@@ -250,10 +253,12 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     for scope, sec in scopes:
         rows = [
             ("monitor", sec["monitor"]),
-            *((f"{n} (calibrated as shipped)", m) for n, m in sec.get("calibrated_baselines", {}).items()),
-            *((f"{n} (tuned on these runs)" if m.get("info", {}).get("matched_to_monitor_fpr") else n, m)
+            *(("served (per-group choice)" if n == "selected" else f"{n} (calibrated as shipped)", m)
+              for n, m in sec.get("calibrated_baselines", {}).items()),
+            *((f"{n} (tuned on these runs)" if m.get("info", {}).get("matched_to_monitor_fpr")
+               else f"{n} (fixed rule)", m)
               for n, m in sec["baselines"].items()),
-            ("oracle", sec["oracle"]),
+            ("oracle (the ceiling)", sec["oracle"]),
         ]  # fmt: skip
         for name, m in rows:
             ci = m.get("fpr_ci") or [None, None]
@@ -266,4 +271,14 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             )
     from training.evaluate.known_report import known_lines
 
-    return "\n".join(lines + known_lines(result.get("known_tasks"), _pct)) + "\n"
+    legend = [
+        "",
+        "Rows: `monitor` is the LM probe as shipped; `(calibrated as shipped)`: "
+        + VIEWS["calibrated_baselines"]
+        + "; "
+        + VIEWS["baselines"]
+        + "; `oracle`: "
+        + VIEWS["oracle"]
+        + ".",
+    ]
+    return "\n".join(lines + legend + known_lines(result.get("known_tasks"), _pct)) + "\n"

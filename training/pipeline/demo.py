@@ -71,7 +71,11 @@ def evaluate_targets(
 SERVED = "served"
 """The row of what the bundle serves: per group the candidate chosen on calibration runs
 (`calibrated_baselines.selected`; serving.choice serves the same choice)."""
-LABELS = {SERVED: "served (per-group choice)", "monitor": "monitor (LM probe)"}
+LABELS = {
+    SERVED: "served (per-group choice)",
+    "monitor": "monitor (LM probe)",
+    "oracle": "oracle (the ceiling)",
+}
 
 
 def _rule(sec: Mapping[str, Any], rule: str) -> Mapping[str, Any] | None:
@@ -106,7 +110,8 @@ def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
             tuned = ((_rule(secs[names[0]], rule) or {}).get("info") or {}).get(
                 "matched_to_monitor_fpr"
             )  # a hindsight row: tuned on these runs to the LM probe's realized FPR
-            cells = [scope, LABELS.get(rule, f"{rule} (tuned on these runs)" if tuned else rule)]
+            plain = f"{rule} (tuned on these runs)" if tuned else f"{rule} (fixed rule)"
+            cells = [scope, LABELS.get(rule, plain)]
             runs = None
             for n in names:
                 m = _rule(secs[n], rule)
