@@ -245,11 +245,11 @@ def _register_evaluate(sub: argparse._SubParsersAction) -> None:
         except (FailfastError, ValueError, OSError) as e:  # incl. unreadable --records (Arrow)
             print(f"error: evaluate: {e}", file=sys.stderr)
             return 2
-        if args.group and args.group not in inputs.thresholds.groups:
+        if args.group and args.group not in inputs.thresholds.groups:  # served as unknown
             known = ", ".join(sorted(inputs.thresholds.groups)) or "none"
-            print(f"error: evaluate: --group {args.group!r} is not one of the thresholds' "
-                  f"groups ({known})", file=sys.stderr)  # fmt: skip
-            return 2
+            print(f"note: --group {args.group!r} is not one of the thresholds' groups ({known}): "
+                  f"evaluated as an unknown group (fallback {inputs.thresholds.fallback})",
+                  file=sys.stderr)  # fmt: skip
         if args.data and not args.score_data and not args.records:
             print(
                 f"note: the report covers the {len(inputs.records)} saved test records beside the "
