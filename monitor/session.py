@@ -44,6 +44,7 @@ from monitor.protocols import Scorer, ScoreSession, takes_keyword
 from monitor.restart_summary import error_line, restart_summary
 from monitor.schedule import Streak
 from monitor.signals import SignalTracker
+from monitor.step_check import check_step, error_evidence
 from monitor.types import Decision, Flag, RestartPacket, Step
 
 logger = logging.getLogger(__name__)
@@ -216,7 +217,7 @@ class Session:
                 self.tokens.append(0)
             if self.stopped is not None and self.stopped.step == k:
                 return self.stopped  # it stopped at this step before the failure
-            decision = Decision("continue", "monitor_error", step=k, evidence=_error(e))
+            decision = Decision("continue", "monitor_error", step=k, evidence=error_evidence(e))
             try:
                 self.log.record(decision, run=self.run, agent=self.agent, session=self.session_id)
             except Exception:  # noqa: BLE001
@@ -239,7 +240,7 @@ class Session:
                 score = float(self.scorer.observe(step))
             except Exception as e:
                 logger.exception("scorer failed at step %d of run %r", k, self.run)
-                failed = _error(e)
+                failed = error_evidence(e)
         self.scores.append(score)
         self.tokens.append(step.tokens)
         if self.stopped is not None:
@@ -424,28 +425,3 @@ class Session:
             decision, run=self.run, agent=self.agent, event=event, session=self.session_id
         )
         return decision
-
-
-def _error(e: BaseException) -> dict[str, str]:
-    """A monitor_error decision's evidence: the error, one line."""
-    return {"error": f"{type(e).__name__}: {e}"[:300]}
-
-
-_TEXT = ("kind", "thought", "tool", "action", "observation", "role")
-
-
-def check_step(step: object) -> None:
-    """TypeError naming the field when `step` is not a Step whose fields have their types."""
-    if not isinstance(step, Step):
-        raise TypeError(f"observe() takes a monitor.types.Step, not {type(step).__name__}")
-    for name in _TEXT:
-        if not isinstance(getattr(step, name), str):
-            raise TypeError(f"Step.{name} must be text, not {type(getattr(step, name)).__name__}")
-    for name in ("tokens_in", "tokens_out"):
-        v = getattr(step, name)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"Step.{name} must be an int, not {type(v).__name__}")
-    for name in ("cost_usd", "timestamp"):
-        v = getattr(step, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise TypeError(f"Step.{name} must be a number or None, not {type(v).__name__}")

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic_core import PydanticCustomError
 
-from monitor.escape import check_name
+from monitor.escape import check_name, visible
 from monitor.types import Step
 from serving.transcripts import safe_filename
 
@@ -168,12 +168,16 @@ _MAX_WARNED = 100  # names remembered (and logged) at most: random names must no
 
 def shown_fields(names: list[str]) -> list[str]:
     """Unknown field names as an answer names them: at most 20, each at most 60 characters,
-    control characters escaped."""
-    return [check_safe(n)[:60] for n in names[:20]]
+    control characters made visible (monitor.escape.visible)."""
+    return [visible(n)[:60] for n in names[:20]]
 
 
-def check_safe(name: str) -> str:
-    return name.encode("unicode_escape").decode("ascii")
+def note_ignored(answer: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """`answer` with `ignored_fields` when steps carried fields no Step has (logged once)."""
+    if names:
+        answer["ignored_fields"] = shown_fields(names)
+        log_ignored(names)
+    return answer
 
 
 def log_ignored(names: list[str]) -> None:

@@ -63,6 +63,19 @@ def sniff(path: Path, head: bytes) -> bool:
     )
 
 
+def trial_agent(result: dict[str, Any], config: dict[str, Any]) -> str:
+    """The agent of a trial: its result's `agent_info.name`, else its config's `agent.name`
+    ("" when neither names one)."""
+    info, agent_cfg = as_dict(result.get("agent_info")), as_dict(config.get("agent"))
+    return as_str(info.get("name")) or as_str(agent_cfg.get("name"))
+
+
+def agent_in(trial_dir: Path) -> str:
+    """`trial_agent` of the trial folder `trial_dir` (its result.json and config.json)."""
+    trial_dir = Path(trial_dir)
+    return trial_agent(_json_object(trial_dir / RESULT), _json_object(trial_dir / "config.json"))
+
+
 def labels_in(path: Path) -> list[Path]:
     """The label files inside a trial folder: `result.json` and `verifier/reward.txt`."""
     return [p for p in (Path(path) / RESULT, Path(path) / REWARD) if p.is_file()]
@@ -124,7 +137,7 @@ def read(path: Path) -> Trajectory:
     traj.id = run_id(source, trial, task)
     traj.path = str(path)
     traj.format = NAME  # the reader that was asked (`--format harbor`); the steps are ATIF's
-    traj.agent = as_str(info.get("name")) or as_str(agent_cfg.get("name")) or traj.agent
+    traj.agent = trial_agent(result, config) or traj.agent
     traj.model = (
         as_str(agent_cfg.get("model_name"))
         or as_str(as_dict(info.get("model_info")).get("name"))

@@ -17,7 +17,7 @@ from monitor.textio import json_safe
 from monitor.types import Trajectory
 from serving.limits import ServiceConfig
 from serving.runs import score_transcript
-from serving.schemas import NUMBERS, STEP_LIMIT, ScoreRequest, StepIn, log_ignored, shown_fields
+from serving.schemas import NUMBERS, STEP_LIMIT, ScoreRequest, StepIn, note_ignored
 from serving.state import AppState, app_state
 from serving.transcripts import read_transcript_bytes
 
@@ -97,12 +97,8 @@ def score_now(state: AppState, req: ScoreRequest, cancel: threading.Event) -> An
         )
     finally:
         state.slots.release()
-    out = result.to_dict(all_decisions=req.all_decisions)
     ignored = sorted({f for s in req.steps or () for f in s.ignored()})
-    if ignored:
-        out["ignored_fields"] = shown_fields(ignored)
-        log_ignored(ignored)
-    return json_safe(out)
+    return json_safe(note_ignored(result.to_dict(all_decisions=req.all_decisions), ignored))
 
 
 @router.post("/v1/score")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 
 from monitor.textio import json_safe
-from serving.schemas import SessionRequest, StepIn, log_ignored, shown_fields
+from serving.schemas import SessionRequest, StepIn, note_ignored
 from serving.sessions import Full
 from serving.state import AppState, app_state, unknown_session
 
@@ -70,11 +70,7 @@ def add_step(sid: str, step: StepIn, state: State) -> Any:
         with state.slots:
             decision = live.session.observe(step.to_step(live.steps))
         live.steps += 1
-    out = decision.to_dict()
-    if step.ignored():
-        out["ignored_fields"] = shown_fields(step.ignored())
-        log_ignored(step.ignored())
-    return json_safe(out)
+    return json_safe(note_ignored(decision.to_dict(), step.ignored()))
 
 
 @router.post("/v1/sessions/{sid}/check")

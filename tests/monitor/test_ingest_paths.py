@@ -18,13 +18,18 @@ from training.cli import main
 IDS = ["astropy__astropy-12907", "astropy__astropy-14182", "astropy__astropy-14365"]
 
 
-@pytest.fixture
-def layout(data_dir: Path, tmp_path: Path) -> Path:
-    runs = tmp_path / "my-runs"
-    runs.mkdir()
+def _copy_runs(data_dir: Path, folder: Path) -> Path:
+    """`folder` with the SWE-agent runs of IDS copied in."""
+    folder.mkdir()
     for iid in IDS:
         src = data_dir / "swe-bench-lite" / "swe-agent-gpt4" / "cost_2_1" / f"{iid}.traj.gz"
-        shutil.copy(src, runs / src.name)
+        shutil.copy(src, folder / src.name)
+    return folder
+
+
+@pytest.fixture
+def layout(data_dir: Path, tmp_path: Path) -> Path:
+    _copy_runs(data_dir, tmp_path / "my-runs")
     labels = tmp_path / "my-labels"
     labels.mkdir()
     report = {"resolved_ids": [IDS[0]], "unresolved_ids": [IDS[1]]}  # IDS[2] not named
@@ -120,13 +125,4 @@ def test_a_folder_holding_one_run_reads_as_it(data_dir: Path, tmp_path: Path) ->
     folder = next((data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro").glob("trajs/*"))
     assert read_trajectory(folder).instance_id == folder.name  # its <instance>.traj.json
     with pytest.raises(TranscriptError, match="a folder of 3 runs"):
-        read_trajectory(_three(data_dir, tmp_path))
-
-
-def _three(data_dir: Path, tmp_path: Path) -> Path:
-    out = tmp_path / "three"
-    out.mkdir()
-    for iid in IDS:
-        src = data_dir / "swe-bench-lite" / "swe-agent-gpt4" / "cost_2_1" / f"{iid}.traj.gz"
-        shutil.copy(src, out / src.name)
-    return out
+        read_trajectory(_copy_runs(data_dir, tmp_path / "three"))

@@ -237,17 +237,22 @@ def test_a_scorer_without_instance_id_still_scores_a_run_that_names_its_task() -
     assert session.observe(RUN.steps[0]).score == pytest.approx(0.99)
 
 
-def test_known_tasks_command_adds_verdicts_once_and_makes_a_task_known(
-    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from training.cli import main as cli
-
+def _bundle_of_others(base: Path, tmp_path: Path) -> tuple[Path, TaskPrior]:
+    """A bundle serving known tasks whose table counts OTHERS and P0_RUNS (six run ids)."""
     cands = _known_candidates(Scorer.load(base), "monitor_prior")
     table = TaskPrior.from_verdicts(
         [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
     )
     cands["known_tasks"]["prior"] = table.to_json()
-    bundle = _bundle(tmp_path, base, cands)
+    return _bundle(tmp_path, base, cands), table
+
+
+def test_known_tasks_command_adds_verdicts_once_and_makes_a_task_known(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training.cli import main as cli
+
+    bundle, table = _bundle_of_others(base, tmp_path)
     (bundle / "monitor.json.sig").write_text("stale")
     new_task = make_run(9, seed=11)  # instance "inst-11": no verdicts yet
     assert Scorer.load(bundle).served(new_task.agent, instance_id="inst-11").task_prior is None
@@ -355,12 +360,7 @@ def test_known_tasks_command_takes_label_files_of_other_agents_runs(
 ) -> None:
     from training.cli import main as cli
 
-    cands = _known_candidates(Scorer.load(base), "monitor_prior")
-    table = TaskPrior.from_verdicts(
-        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
-    )
-    cands["known_tasks"]["prior"] = table.to_json()
-    bundle = _bundle(tmp_path, base, cands)
+    bundle, table = _bundle_of_others(base, tmp_path)
     files = []
     for i in range(4):  # four other agents' whole runs: inst-11 failed by three of them
         report = {"resolved_ids": ["inst-11"] if i == 0 else [], "unresolved_ids": ["inst-12"]}
@@ -390,12 +390,7 @@ def test_known_tasks_command_counts_a_known_family_as_itself_and_warns(
 ) -> None:
     from training.cli import main as cli
 
-    cands = _known_candidates(Scorer.load(base), "monitor_prior")
-    table = TaskPrior.from_verdicts(
-        [*OTHERS, *P0_RUNS], min_runs=4, run_ids=[f"r{i}" for i in range(6)]
-    )
-    cands["known_tasks"]["prior"] = table.to_json()
-    bundle = _bundle(tmp_path, base, cands)
+    bundle, _ = _bundle_of_others(base, tmp_path)
     sub = tmp_path / "20250101_b_model" / "results" / "results.json"
     sub.parent.mkdir(parents=True)
     sub.write_text(json.dumps({"resolved_ids": ["inst-9"], "unresolved_ids": ["inst-12"]}))

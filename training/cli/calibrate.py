@@ -296,8 +296,8 @@ def _write(
         if "pooled" in refused or result.pooled != "recalibrated":
             why = (
                 f"no group of the data can certify the served target {served:g} (see above); "
-                "no bundle written (a --check report is kept beside it). Give more resolved runs, a larger --serve-target, or another "
-                "--method"
+                "no bundle written (a --check report is kept beside it). Give more resolved "
+                "runs, a larger --serve-target, or another --method"
             )
             return problem(ValueError(why))
     command = "failfast " + " ".join(shlex.quote(a) for a in args.argv)

@@ -41,15 +41,12 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     import time
 
     from monitor.corpus import ingest
-    from monitor.errors import LabelError
-    from monitor.labels import load_label
+    from training.cli.scorer_args import labels_problem
 
-    for f in args.labels:  # a label file named by a flag must be usable: else nothing is labelled
-        try:
-            load_label(f, explicit=True)
-        except LabelError as e:
-            print(f"error: --labels {e}", file=sys.stderr)
-            return 2
+    why = labels_problem(args.labels)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     try:
         summary = ingest(args.paths, args.out, format=args.format, labels=args.labels)

@@ -141,3 +141,17 @@ def problem(e: BaseException) -> int:
     """Exit code 2 (a monitor problem, never 1: 1 means "stop the run"), with the reason."""
     print(f"error: {visible(e)}", file=sys.stderr)
     return 2
+
+
+def labels_problem(paths: list[str]) -> str:
+    """What is wrong with the first `--labels` file that cannot be read as a label file (""
+    when all can): a file a flag names must be usable, or nothing it names gets a verdict."""
+    from monitor.errors import LabelError
+    from monitor.labels import load_label
+
+    for f in paths:
+        try:
+            load_label(f, explicit=True)
+        except LabelError as e:
+            return f"--labels {e}"
+    return ""

@@ -89,11 +89,7 @@ def _score(args: argparse.Namespace) -> int:
         out["calibration"] = scorer.bundle.calibration
         print(json.dumps(out, default=str))
     else:
-        group = (
-            scorer.bundle.thresholds.group_of(traj.agent, traj.source)
-            if scorer.bundle.thresholds
-            else ""
-        )
+        group = result.group  # as served (serving.runs: the bundle's group rule)
         print(  # names from the transcript: control characters shown, never sent raw
             f"run={visible(traj.id)} agent={visible(traj.agent)} source={visible(traj.source)} "
             f"steps={len(traj.steps)} group={visible(group)} "

@@ -282,8 +282,7 @@ def _evaluate_args_problem(args: argparse.Namespace) -> str:
     """What is wrong with `failfast evaluate`'s paths before any work ("" when nothing)."""
     from pathlib import Path
 
-    from monitor.errors import LabelError
-    from monitor.labels import load_label
+    from training.cli.scorer_args import labels_problem
 
     if args.bundle and not Path(args.bundle).is_dir():
         return f"--bundle {args.bundle}: no such folder"
@@ -293,11 +292,8 @@ def _evaluate_args_problem(args: argparse.Namespace) -> str:
         missing = [p for p in paths if not Path(p).exists()]
         if missing:
             return f"{flag} {missing[0]}: no such file or folder"
-    for f in args.labels or []:
-        try:
-            load_label(f, explicit=True)
-        except LabelError as e:
-            return f"--labels {e}"
+    if why := labels_problem(args.labels or []):
+        return why
     if args.json_out and Path(args.json_out).is_dir():
         return f"--json {args.json_out} is a folder; give the report's file name (e.g. .../report.json)"
     return ""

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from monitor.errors import LabelError, TranscriptError
+from monitor.formats.harbor import agent_in
 from monitor.labels import LabelFile, load_label
 from monitor.textio import read_text, strip_gz
 from monitor.types import Trajectory
@@ -101,7 +102,7 @@ def agent_of(path: str | Path, lf: LabelFile | None = None) -> str:
     """The submission a label file belongs to (module docstring)."""
     p = Path(path).absolute()
     if lf is not None and lf.kind in ("harbor-trial", "harbor-reward"):
-        name = _harbor_agent(lf.scope)
+        name = agent_in(lf.scope).strip()  # as the Harbor reader names it
         if name:
             return name
     if lf is not None and lf.kind == "swebench-instance" and len(lf.verdicts) == 1:
@@ -113,21 +114,6 @@ def agent_of(path: str | Path, lf: LabelFile | None = None) -> str:
     if folder.name == "results" and strip_gz(p.name) == "results.json":
         folder = folder.parent
     return folder.name
-
-
-def _harbor_agent(trial: Path) -> str:
-    """`agent_info.name` of a Harbor trial's result.json, else `agent.name` of its config."""
-    for name, keys in (("result.json", ("agent_info", "name")), ("config.json", ("agent", "name"))):
-        try:
-            d = json.loads((trial / name).read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError):
-            continue
-        for k in keys[:-1]:
-            d = d.get(k) if isinstance(d, dict) else None
-        v = d.get(keys[-1]) if isinstance(d, dict) else None
-        if isinstance(v, str) and v.strip():
-            return v.strip()
-    return ""
 
 
 def _words(name: str) -> list[str]:
@@ -176,14 +162,14 @@ def verdict_runs(
                 f"names {len(stray)} ids that --instances does not list (e.g. {stray[0]}): "
                 "give the instance ids of the benchmark this run was on",
             )
-    name = agent or agent_of(path, lf)
+    where = agent_of(path, lf)  # the submission, whatever --verdicts-agent calls it
+    name = agent or where
     family = family_of(name, families)
     ids = sorted(set(instances or ()) | set(lf.verdicts))
     verdicts = [(iid, v) for iid in ids if (v := lf.verdict(iid)) is not None]
     if lf.kind in _SINGLE and len(verdicts) == 1:
-        key = f"trial:{lf.scope.name if lf.kind != 'swebench-instance' else agent_of(path, lf)}"
+        key = f"trial:{lf.scope.name if lf.kind != 'swebench-instance' else where}"
     else:
-        where = agent_of(path, lf)  # the submission, whatever --verdicts-agent calls it
         key = hashlib.sha256(json.dumps([where, verdicts]).encode()).hexdigest()[:12]
     runs = [
         Trajectory(id=f"verdicts:{key}:{iid}", instance_id=iid, agent=family or name, resolved=v)
