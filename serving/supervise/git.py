@@ -3,7 +3,10 @@
 A snapshot is (HEAD commit, tree of the work tree): the tree is written through a temporary
 index (a copy of the real one, so unchanged files are not hashed again) with `git add -A`, so it
 holds untracked files too and the real index is never touched. Ignored files are not part of it
-and are never removed.
+and are never removed. Nor are the supervisor's own files (`keep`: the transcript, its kept
+attempts, restart packets and prompts, the summary) when they lie inside the work tree: they
+are left out of every snapshot and diff (so no attempt's diff or prompt carries a stopped
+transcript) and the reset leaves them where they are.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +52,33 @@ def is_repo(workdir: Path) -> bool:
         return False
 
 
-def snapshot(workdir: Path) -> Snapshot:
-    """The work tree as it is now (tracked and untracked files, not ignored ones)."""
+def keep_specs(workdir: Path, files: Sequence[Path], prefixes: Sequence[Path] = ()) -> list[str]:
+    """Patterns (from the top of the work tree, as .gitignore writes them) for `files` and every
+    file whose path starts with one of `prefixes` (e.g. `run.jsonl.attempt-`): what a snapshot,
+    a diff and a reset leave out. Relative paths are the process's (as the command line gave
+    them); paths outside the work tree need none."""
+    try:
+        top = Path(_git(workdir, "rev-parse", "--show-toplevel").strip()).resolve()
+    except (GitError, OSError):
+        return []
+    specs = []
+    for path, tail in [(f, "") for f in files] + [(p, "*") for p in prefixes]:
+        where = Path(path).absolute().parent.resolve() / Path(path).name  # the link kept
+        try:
+            rel = where.relative_to(top).as_posix()
+        except ValueError:
+            continue
+        specs.append("/" + "".join(f"[{c}]" if c in "*?[]\\ " else c for c in rel) + tail)
+    return specs
+
+
+def _pathspecs(keep: Sequence[str]) -> list[str]:
+    """The whole work tree (whatever folder git runs in) less `keep`."""
+    return ["--", ":/", *(f":(top,exclude,glob){k[1:]}" for k in keep)]
+
+
+def snapshot(workdir: Path, keep: Sequence[str] = ()) -> Snapshot:
+    """The work tree as it is now (tracked and untracked files, not ignored ones, not `keep`)."""
     try:
         head = _git(workdir, "rev-parse", "--verify", "-q", "HEAD").strip()
     except GitError:
@@ -60,7 +89,7 @@ def snapshot(workdir: Path) -> Snapshot:
         if index.exists():
             shutil.copy2(index, tmp_index)  # its mtime too: git's racy-clean check needs it
         env = {"GIT_INDEX_FILE": str(tmp_index)}
-        _git(workdir, "add", "-A", env=env)
+        _git(workdir, "add", "-A", *_pathspecs(keep), env=env)
         tree = _git(workdir, "write-tree", env=env).strip()
     return Snapshot(head, tree)
 
@@ -70,12 +99,13 @@ def diff(workdir: Path, before: Snapshot, after: Snapshot) -> str:
     return _git(workdir, "diff", "--binary", before.tree, after.tree)
 
 
-def restore(workdir: Path, snap: Snapshot) -> None:
+def restore(workdir: Path, snap: Snapshot, keep: Sequence[str] = ()) -> None:
     """Put the repository back to `snap`: HEAD (commits made since are dropped from the branch),
-    the work tree's files (files created since are removed), the index as HEAD."""
+    the work tree's files (files created since are removed, except `keep`), the index as HEAD."""
     if snap.head:
         _git(workdir, "reset", "-q", "--hard", snap.head)
-    _git(workdir, "clean", "-fdq")
+    # excluded as ignored files are: an untracked folder holding one is not removed whole
+    _git(workdir, "clean", "-fdq", *(f"--exclude={k}" for k in keep), "--", ":/")
     _git(workdir, "read-tree", snap.tree)
     _git(workdir, "checkout-index", "-a", "-f")
     if snap.head:

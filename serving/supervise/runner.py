@@ -97,6 +97,13 @@ class Supervisor:
         self._t0 = time.monotonic()
         self._proc: subprocess.Popen[bytes] | None = None
         self._repo = git.is_repo(cfg.workdir)
+        # our own files stay out of every diff and survive every reset (serving.supervise.git)
+        own = [cfg.transcript] + ([cfg.summary] if cfg.summary is not None else [])
+        self._keep = (
+            git.keep_specs(cfg.workdir, own, [cfg.transcript.with_name(f"{cfg.transcript.name}.attempt-")])
+            if self._repo
+            else []
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -138,7 +145,7 @@ class Supervisor:
                     break
                 if self._repo and record.get("_snapshot") is not None:
                     try:
-                        git.restore(cfg.workdir, record["_snapshot"])
+                        git.restore(cfg.workdir, record["_snapshot"], self._keep)
                         record["reset"] = True
                     except (git.GitError, OSError) as e:
                         self.say(f"could not reset {cfg.workdir}: {e}")
@@ -172,7 +179,7 @@ class Supervisor:
         snap = None
         if self._repo:
             try:
-                snap = git.snapshot(cfg.workdir)
+                snap = git.snapshot(cfg.workdir, self._keep)
             except (git.GitError, OSError) as e:
                 self.say(f"could not snapshot {cfg.workdir}: {e}")
         prompt_path = _kept(cfg.transcript, n, ".prompt.md")
@@ -287,7 +294,7 @@ class Supervisor:
         after_diff = ""
         if snap is not None:
             try:
-                after_diff = git.diff(cfg.workdir, snap, git.snapshot(cfg.workdir))
+                after_diff = git.diff(cfg.workdir, snap, git.snapshot(cfg.workdir, self._keep))
             except (git.GitError, OSError) as e:
                 self.say(f"could not capture the diff: {e}")
         kept = _kept(cfg.transcript, n)

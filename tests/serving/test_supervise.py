@@ -45,10 +45,12 @@ def bundle(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
-def _supervise(tmp_path: Path, repo: Path, source: list[str], mode: str, *extra: str, steps=200):
-    transcript = tmp_path / "run.jsonl"
+def _supervise(
+    tmp_path: Path, repo: Path, source: list[str], mode: str, *extra: str, steps=200, inside=False
+):
+    transcript = (repo if inside else tmp_path) / "run.jsonl"
     seen = tmp_path / "seen.jsonl"
-    summary = tmp_path / "summary.json"
+    summary = (repo if inside else tmp_path) / "summary.json"
     cmd = [sys.executable, "-m", "training.cli", "supervise", *source]
     cmd += ["--transcript", str(transcript), "--summary", str(summary), "--workdir", str(repo)]
     cmd += ["--interval", "0.2", "--grace", "5", "--task", "Make test_x pass.", *extra, "--"]
@@ -110,6 +112,23 @@ def test_looping_agent_is_stopped_twice(bundle, repo, tmp_path):
     assert body["warm_restart"]["restarts"] == 1
     # the last attempt's changes stay in place (nothing follows it)
     assert "attempt 2" in (repo / "x.py").read_text()
+
+
+def test_own_files_inside_the_repository_survive_the_reset(bundle, repo, tmp_path):
+    """USAGE's example writes the transcript and summary inside the work tree: the reset keeps
+    them (and the packets and prompts beside them), and no diff or prompt carries them."""
+    p, body, seen, _, transcript = _supervise(
+        tmp_path, repo, ["--bundle", str(bundle)], "loop", "--max-attempts", "2", inside=True
+    )
+    assert p.returncode == 1, p.stderr
+    for a in body["attempts"]:
+        for key in ("transcript", "restart_packet", "prompt"):
+            assert Path(a[key]).exists(), (key, a[key])
+        packet = json.loads(Path(a["restart_packet"]).read_text())
+        assert "run.jsonl" not in packet["diff"] and "summary.json" not in packet["diff"]
+        assert "return 2  # attempt" in packet["diff"]
+    assert seen[1]["restart"] == body["attempts"][0]["restart_packet"]
+    assert "run.jsonl" not in seen[1]["prompt"]
 
 
 def test_clean_agent_exits_0_after_one_attempt(bundle, repo, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from serving.supervise import git
 from tests.git_helpers import git as run_git
 
@@ -46,3 +48,62 @@ def test_snapshot_diff_and_restore(tmp_path):
     assert git.diff(repo, start, git.snapshot(repo)) == ""
     assert run_git(repo, "status", "--porcelain") == " M a.py\n?? notes.txt\n"
     assert not git.is_repo(tmp_path)
+
+
+def test_own_files_inside_the_work_tree_are_kept_out_and_survive(tmp_path, monkeypatch):
+    """The transcript, its kept attempts and the summary written inside the repository (the
+    README's example does this) are in no diff and are not removed by the reset."""
+    repo = tmp_path / "r"
+    (repo / "sub").mkdir(parents=True)
+    run_git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    (repo / "task.md").write_text("Fix it.\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-qm", "init")
+    monkeypatch.chdir(repo / "sub")  # relative paths are the process's, not the work tree's
+    keep = git.keep_specs(
+        repo, [Path("../run.jsonl"), Path("out/summary.json")], [Path("../run.jsonl.attempt-")]
+    )
+    assert git.keep_specs(repo, [tmp_path / "elsewhere.jsonl"]) == []
+    start = git.snapshot(repo, keep)
+    (repo / "a.py").write_text("x = 2\n")
+    (repo / "new.py").write_text("y\n")
+    (repo / "run.jsonl").write_text("{}\n")
+    (repo / "run.jsonl.attempt-1").write_text("{}\n")
+    (repo / "run.jsonl.attempt-1.restart.json").write_text("{}\n")
+    (repo / "sub" / "out").mkdir()
+    (repo / "sub" / "out" / "summary.json").write_text("{}\n")
+    (repo / "run.jsonl.attempt-1.other").write_text("kept: it starts with the prefix\n")
+    (repo / "sub" / "run.jsonl.attempt-1").write_text("not ours: another folder\n")
+    d = git.diff(repo, start, git.snapshot(repo, keep))
+    assert "+x = 2" in d and "new.py" in d
+    assert "run.jsonl" not in d.replace("sub/run.jsonl.attempt-1", "")
+    assert "summary.json" not in d
+    git.restore(repo, start, keep)
+    assert (repo / "a.py").read_text() == "x = 1\n"
+    assert not (repo / "new.py").exists()
+    assert not (repo / "sub" / "run.jsonl.attempt-1").exists()
+    for kept in (
+        "run.jsonl",
+        "run.jsonl.attempt-1",
+        "run.jsonl.attempt-1.restart.json",
+        "sub/out/summary.json",
+    ):
+        assert (repo / kept).exists(), kept
+    assert (repo / "task.md").read_text() == "Fix it.\n"
+
+
+def test_kept_names_with_glob_characters_match_only_themselves(tmp_path):
+    repo = tmp_path / "r"
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    name = "run [1]*?! #x.jsonl "
+    keep = git.keep_specs(repo, [repo / name])
+    start = git.snapshot(repo, keep)
+    (repo / name).write_text("ours\n")
+    (repo / "run 1x!.jsonl ").write_text("the agent's\n")
+    d = git.diff(repo, start, git.snapshot(repo, keep))
+    assert "run 1x!.jsonl" in d and "ours" not in d
+    git.restore(repo, start, keep)
+    assert (repo / name).exists()
+    assert not (repo / "run 1x!.jsonl ").exists()
