@@ -2,7 +2,8 @@
 where. Standard library only (the hooks import `client_headers` without FastAPI).
 
 Key file (`failfast serve --api-key-file FILE`), one key per line; blank lines and lines starting
-with `#` are ignored (a key cannot start with `#`):
+with `#` are ignored (a key cannot start with `#`), and so is the rest of a line from a column
+that starts with `#` (a trailing comment after whitespace):
 
     KEY                          a key with the `score` scope, named key-<first 8 hex of sha256(KEY)>
     KEY score,verdict            the scopes it has (score, verdict, admin)
@@ -98,7 +99,10 @@ def parse_keys(text: str, path: str | Path = "<keys>") -> tuple[ApiKey, ...]:
     keys: list[ApiKey] = []
     seen: set[bytes] = set()
     for n, line in enumerate(text.splitlines(), 1):
-        cols = [] if line.lstrip().startswith("#") else line.split()  # no inline comments
+        cols = line.split()
+        # a comment runs from a column starting with "#" to the line's end: no key, scope or
+        # name starts with "#", so a trailing comment is never read as one
+        cols = cols[: next((i for i, c in enumerate(cols) if c.startswith("#")), len(cols))]
         if not cols:
             continue
         where = f"{path}, line {n}"

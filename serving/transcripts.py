@@ -17,6 +17,7 @@ from pathlib import Path
 
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.formats import FORMATS
+from monitor.reading import folder_source
 from monitor.textio import GZIP_MAGIC, read_bytes
 from monitor.types import Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
@@ -105,12 +106,21 @@ def read_transcript(
             # so the run keeps the source and id its folders give it (not the temporary folder's)
             gunzip_capped(p.read_bytes(), max_bytes, name=p)
     if fmt is not None:
-        return FORMATS[fmt].read(p)
+        return _placed(FORMATS[fmt].read(p), p)
     head = b"" if p.is_dir() else read_bytes(p)[:HEAD_BYTES]
     for reader in FORMATS.values():
         if reader.sniff(p, head):
-            return reader.read(p)
+            return _placed(reader.read(p), p)
     raise TranscriptError(p, f"not a supported transcript format ({', '.join(FORMATS)})")
+
+
+def _placed(traj: Trajectory, path: Path) -> Trajectory:
+    """A run whose reader does not know its layout (Claude Code, Codex, ...) gets the source
+    `failfast ingest` gives it, its folder's name, so scoring it live finds the group it was
+    calibrated under from the same files."""
+    if not traj.source:
+        traj.source = folder_source(path)
+    return traj
 
 
 def read_transcript_bytes(

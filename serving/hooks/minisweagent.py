@@ -25,7 +25,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from monitor.atomic import atomic_write_text
 from monitor.formats.minisweagent import _steps as steps_from_messages
+from monitor.textio import json_safe
 from monitor.types import Decision
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,8 @@ def write_restart(path: Path, decision: Decision, *, agent: str, task: str) -> N
         "decision": decision.to_dict(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    # strict JSON (an infinite threshold is null) written beside and renamed into place
+    atomic_write_text(path, json.dumps(json_safe(data), indent=1, default=str) + "\n")
 
 
 def monitored(agent_cls: type) -> type:
@@ -149,6 +152,11 @@ def monitored(agent_cls: type) -> type:
                 except OSError:  # the stop still happens; only the packet file is lost
                     log.exception("could not write the restart packet to %s", path)
                     path = None
+            else:  # the decision, its packet included, is still in the exit message's extra
+                log.warning(
+                    "no restart packet file written: the agent's config has no output_path "
+                    "(the packet is x.restart.json beside the trajectory x.traj.json)"
+                )
             summary = decision.restart.summary if decision.restart else decision.reason
             raise MonitorStopped(
                 {

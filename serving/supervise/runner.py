@@ -100,7 +100,9 @@ class Supervisor:
         # our own files stay out of every diff and survive every reset (serving.supervise.git)
         own = [cfg.transcript] + ([cfg.summary] if cfg.summary is not None else [])
         self._keep = (
-            git.keep_specs(cfg.workdir, own, [cfg.transcript.with_name(f"{cfg.transcript.name}.attempt-")])
+            git.keep_specs(
+                cfg.workdir, own, [cfg.transcript.with_name(f"{cfg.transcript.name}.attempt-")]
+            )
             if self._repo
             else []
         )

@@ -14,6 +14,11 @@ from tests.cli.test_walkthrough import quick_like
 
 pytest.importorskip("torch")
 
+
+def _strict(name: str) -> None:
+    raise AssertionError(f"{name} is not JSON")
+
+
 RUN = "swe-bench-verified/mini-swe-agent-gemini-3-pro/trajs/{i}/{i}.traj.json.gz"
 
 
@@ -39,7 +44,7 @@ def test_score_source_flag_and_gz_runs(
 
     def scored(*extra: str) -> dict:
         assert main([*argv, "--json", *extra]) in (0, 1)
-        return json.loads(capsys.readouterr().out)
+        return json.loads(capsys.readouterr().out, parse_constant=_strict)  # no Infinity
 
     plain = scored()
     assert (plain["threshold"], plain["threshold_origin"]) == (None, "unknown-group")

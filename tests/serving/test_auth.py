@@ -134,8 +134,15 @@ def test_key_file_not_regular_or_missing(tmp_path) -> None:
 def test_parse_keys_comment_lines_only() -> None:
     got = parse_keys(f"  # note\n{SCORE} verdict\n")
     assert [k.scopes for k in got] == [{"verdict"}]
-    with pytest.raises(KeyFileError, match="4 columns"):  # no inline comment: an error, not a name
-        parse_keys(f"{SCORE} verdict # trailing\n")
+    # a trailing comment (USAGE's example) is neither scope nor name; a "#" inside a key is
+    # part of it
+    got = parse_keys(f"{SCORE}   # score only\n{ADMIN} admin prom #x y z\nabc#def-0123456789ab\n")
+    assert [(k.scopes, k.name) for k in got[:2]] == [({"score"}, got[0].name), ({"admin"}, "prom")]
+    assert got[0].name.startswith("key-")
+    assert got[2].scopes == {"score"}
+    assert [k.digest for k in got] == [
+        parse_keys(f"{key}\n")[0].digest for key in (SCORE, ADMIN, "abc#def-0123456789ab")
+    ]
 
 
 def test_reload_swaps_keys_and_keeps_them_on_a_bad_file(tmp_path, caplog) -> None:

@@ -61,8 +61,7 @@ def _agent(tmp_path, scores, commands, **kw):
         system_template="You fix bugs.",
         instance_template="Task: {{task}}",
         step_limit=20,
-        output_path=tmp_path / "out" / "inst-1" / "inst-1.traj.json",
-        **kw,
+        **{"output_path": tmp_path / "out" / "inst-1" / "inst-1.traj.json", **kw},
     )
     return agent
 
@@ -87,6 +86,16 @@ def test_minisweagent_stopped_by_score(tmp_path):
     from monitor.formats.minisweagent import read
 
     assert len(read(tmp_path / "out" / "inst-1" / "inst-1.traj.json").steps) == 4
+
+
+def test_minisweagent_stop_without_output_path_says_no_packet_file(tmp_path, caplog):
+    cmds = ["ls", "cat a.py", "ls", "ls", "ls", "ls"]
+    agent = _agent(tmp_path, [0.1, 0.3, 0.9, 0.95], cmds, output_path=None)
+    with caplog.at_level("WARNING", logger="serving.hooks.minisweagent"):
+        result = agent.run("make x equal 3")
+    assert result["exit_status"] == "MonitorStopped"
+    assert "no restart packet file written" in caplog.text
+    assert not list(tmp_path.rglob("*.restart.json"))
 
 
 def test_minisweagent_submits_when_scores_stay_low(tmp_path):

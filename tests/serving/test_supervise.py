@@ -125,7 +125,8 @@ def test_own_files_inside_the_repository_survive_the_reset(bundle, repo, tmp_pat
         for key in ("transcript", "restart_packet", "prompt"):
             assert Path(a[key]).exists(), (key, a[key])
         packet = json.loads(Path(a["restart_packet"]).read_text())
-        assert "run.jsonl" not in packet["diff"] and "summary.json" not in packet["diff"]
+        assert "run.jsonl" not in packet["diff"]
+        assert "summary.json" not in packet["diff"]
         assert "return 2  # attempt" in packet["diff"]
     assert seen[1]["restart"] == body["attempts"][0]["restart_packet"]
     assert "run.jsonl" not in seen[1]["prompt"]

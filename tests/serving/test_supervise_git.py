@@ -76,7 +76,8 @@ def test_own_files_inside_the_work_tree_are_kept_out_and_survive(tmp_path, monke
     (repo / "run.jsonl.attempt-1.other").write_text("kept: it starts with the prefix\n")
     (repo / "sub" / "run.jsonl.attempt-1").write_text("not ours: another folder\n")
     d = git.diff(repo, start, git.snapshot(repo, keep))
-    assert "+x = 2" in d and "new.py" in d
+    assert "+x = 2" in d
+    assert "new.py" in d
     assert "run.jsonl" not in d.replace("sub/run.jsonl.attempt-1", "")
     assert "summary.json" not in d
     git.restore(repo, start, keep)
@@ -103,7 +104,8 @@ def test_kept_names_with_glob_characters_match_only_themselves(tmp_path):
     (repo / name).write_text("ours\n")
     (repo / "run 1x!.jsonl ").write_text("the agent's\n")
     d = git.diff(repo, start, git.snapshot(repo, keep))
-    assert "run 1x!.jsonl" in d and "ours" not in d
+    assert "run 1x!.jsonl" in d
+    assert "ours" not in d
     git.restore(repo, start, keep)
     assert (repo / name).exists()
     assert not (repo / "run 1x!.jsonl ").exists()

@@ -28,6 +28,24 @@ def test_no_name_comes_from_the_temporary_folder(fixtures_dir: Path, name: str) 
     assert traj.source == ""
 
 
+@pytest.mark.parametrize(
+    "name", ["claude_code_constructed_loop.jsonl", "codex_constructed_exec.jsonl"]
+)
+def test_a_file_read_in_place_is_named_by_its_folder_as_ingest_names_it(
+    fixtures_dir: Path, tmp_path: Path, name: str
+) -> None:
+    """score / watch / the hooks read a live file: its source is the folder ingest gives it,
+    so the group calibrated from the same files is the one served."""
+    from monitor.reading import read_runs
+    from serving.transcripts import read_transcript
+
+    run = tmp_path / "my-project" / "logs" / name  # `logs` names no source
+    run.parent.mkdir(parents=True)
+    run.write_bytes((fixtures_dir / name).read_bytes())
+    assert read_transcript(run).source == "my-project"
+    assert [t.source for t in read_runs([tmp_path / "my-project"])] == ["my-project"]
+
+
 def test_a_default_file_name_gives_no_task(data_dir: Path) -> None:
     path = next(data_dir.glob("swe-bench-lite/coder-gpt4/trajs/*.traj.gz"))
     traj = read_transcript_bytes(path.read_bytes(), filename="transcript.json")

@@ -347,6 +347,17 @@ def test_calibrate_from_a_decision_log_and_verdicts(bundle, tmp_path, capsys) ->
     argv[4] = str(tmp_path / "other.jsonl")
     assert main([*argv, "--out", str(tmp_path / "b3"), "--method", "conformal"]) == 2
     assert "graphs differ" in capsys.readouterr().err
+    # runs a chosen candidate scored: left out, and the note says how to calibrate their group
+    tf_log = tmp_path / "tfidf.jsonl"
+    tf_log.write_text(
+        log.read_text().replace('"event": "end"', '"event": "end", "scorer": "tfidf_lr"')
+    )
+    argv[4] = str(tf_log)
+    assert main([*argv, "--out", str(tmp_path / "b5"), "--method", "conformal"]) == 2
+    got_io = capsys.readouterr()
+    assert "left out: 1 no verdict, 29 scored by tfidf_lr, not the LM probe" in got_io.out
+    assert "give its transcripts and verdicts instead (--data RUNS --labels FILE)" in got_io.err
+    assert not (tmp_path / "b5").exists()
     # --verdicts without a decision log
     bad = ["calibrate", "--bundle", str(bundle), "--data", str(tmp_path / "nothing")]
     assert main([*bad, "--verdicts", str(vfile), "--out", str(tmp_path / "b4")]) == 2

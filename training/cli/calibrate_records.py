@@ -71,6 +71,14 @@ def calibration_records(
                 rec.agent = rec.source = args.agent
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(got.skipped.items())) or "none"
         print(f"decision logs: {len(got.records)} runs with a verdict; left out: {skipped}")
+        if any(why.startswith("scored by") for why in got.skipped):
+            print(  # their logged scores are another scorer's: nothing to set a probe threshold on
+                "note: a run of a group the bundle serves with another candidate (its choice) "
+                "carries that candidate's scores, not the LM probe's; to calibrate such a group, "
+                "give its transcripts and verdicts instead (--data RUNS --labels FILE): the LM "
+                "probe scores them, and the group is then served by the LM probe",
+                file=sys.stderr,
+            )
         data |= {"log_runs": len(got.records), "log_left_out": dict(got.skipped)}
         records += got.records
     if args.records_out:

@@ -74,7 +74,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from monitor.escape import visible
     from monitor.label_join import LabelIndex, find_labels_near
     from monitor.labels import load_label
-    from monitor.reading import detect, read_trajectory
+    from monitor.reading import detect, folder_source, read_trajectory
 
     try:
         traj = read_trajectory(Path(args.file), args.format)
@@ -82,6 +82,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_path = Path(traj.path or args.file)
+    if not traj.source:  # as ingest and score name it: the folder
+        traj.source = folder_source(run_path)
     near = find_labels_near(run_path, instance_id=traj.instance_id)
     if run_path.is_dir():  # a run directory may hold its own verdict (Harbor's result.json)
         near += getattr(detect(run_path), "labels_in", lambda _p: [])(run_path)
@@ -108,7 +110,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     def say(line: str) -> None:  # run ids, names and text from the file: never raw control codes
         print(visible(line))
 
-    source_dir = next((p for p in run_path.absolute().parents if p.name == traj.source), None)
+    source_dir = next(
+        (p for p in run_path.absolute().parents if traj.source and p.name == traj.source), None
+    )
     found = traj.provenance
     say(f"format:   {traj.format}")
     say(f"agent:    {traj.agent}  model: {traj.model or '?'}")

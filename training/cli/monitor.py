@@ -183,7 +183,6 @@ def _cmd_fit_budget(args: argparse.Namespace) -> int:
 def _cmd_reasons(args: argparse.Namespace) -> int:
     import json
     import sys
-    from pathlib import Path
 
     from monitor.config import load_config
     from monitor.errors import FailfastError
@@ -217,5 +216,8 @@ def _cmd_reasons(args: argparse.Namespace) -> int:
     rows = reason_table(outcomes, min_runs=args.min_runs)
     print(format_report(outcomes, rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows_json(rows), indent=1))
+        from monitor.atomic import atomic_write_text
+        from monitor.textio import json_safe
+
+        atomic_write_text(args.json, json.dumps(json_safe(rows_json(rows)), indent=1) + "\n")
     return 0

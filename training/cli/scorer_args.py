@@ -78,8 +78,9 @@ def group_args(p: argparse.ArgumentParser) -> None:
         "--source",
         default=None,
         help="threshold group of a source-keyed bundle (the quick and default configs), e.g. the "
-        "name given to `failfast calibrate --agent`; scores unchanged (default: the "
-        "transcript's source, its folder name for most formats)",
+        "name given to `failfast calibrate --agent`; the group's thresholds, and its scorer "
+        "where the bundle serves another for that group (docs/USAGE.md, section 4) (default: "
+        "the transcript's source, its folder name for most formats)",
     )
     p.add_argument(
         "--instance-id",

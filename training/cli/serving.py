@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from monitor.errors import BundleError
 from monitor.escape import visible
+from monitor.textio import json_safe
 from training.cli.scorer_args import (
     limit_args,
     load_scorer,
@@ -87,7 +88,7 @@ def _score(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict(all_decisions=True)
         out["calibration"] = scorer.bundle.calibration
-        print(json.dumps(out, default=str))
+        print(json.dumps(json_safe(out), default=str))  # strict JSON: no threshold is null
     else:
         group = result.group  # as served (serving.runs: the bundle's group rule)
         print(  # names from the transcript: control characters shown, never sent raw
