@@ -30,7 +30,7 @@ from typing import Any
 
 from monitor.atomic import atomic_dir
 from monitor.corpus_summary import SourceStats, Summary
-from monitor.errors import TranscriptError
+from monitor.errors import CorpusError, TranscriptError
 from monitor.reading import Scan, read_runs
 from monitor.types import Step, Trajectory
 
@@ -64,6 +64,7 @@ def ingest(
     Returns:
         The Summary (also written to `out/summary.json`).
     """
+    check_out(out, paths)
     summary = Summary()
     runs: list[Trajectory] = []
     scanned = Scan()
@@ -102,6 +103,30 @@ def ingest(
         write_corpus(runs, tmp)
         (tmp / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
+
+
+def check_out(out: str | Path, paths: Iterable[str | Path] = ()) -> None:
+    """Refuse an `--out` that writing the corpus would destroy: a folder holding anything but a
+    corpus (the runs themselves, another tool's files), or one the runs are read from.
+
+    Raises:
+        CorpusError: naming the folder and what is wrong.
+    """
+    where = Path(out)
+    for path in paths:
+        inside = Path(os.path.realpath(path))
+        if inside == Path(os.path.realpath(where)) or inside.is_relative_to(
+            os.path.realpath(where)
+        ):
+            raise CorpusError(
+                f"{where}: --out is where the runs {path} are read from; writing the corpus "
+                "there would replace them (give another folder)"
+            )
+    if where.is_dir() and any(where.iterdir()) and not is_corpus(where):
+        raise CorpusError(
+            f"{where}: not empty and not a corpus written by `failfast ingest`; refusing to "
+            "replace it (give a new or empty folder)"
+        )
 
 
 def _schema() -> Any:

@@ -43,3 +43,7 @@ class Cancelled(FailfastError):
 
 class VerdictError(FailfastError):
     """A run's verdict cannot be taken: unknown run or session, or a verdict already given."""
+
+
+class CorpusError(FailfastError):
+    """A corpus cannot be written where asked (the folder holds other files, or the runs)."""

@@ -55,6 +55,31 @@ def test_a_labels_folder_beside_the_runs_labels_them(
     assert len(load_corpus(out)) == 3
 
 
+def test_an_out_folder_holding_other_files_or_the_runs_is_refused(layout: Path, capsys) -> None:
+    """`--out` that would replace the user's runs or another tool's files: exit 2, nothing lost."""
+    runs = layout / "my-runs"
+    before = sorted(p.name for p in runs.iterdir())
+    assert main(["ingest", str(runs), "--out", str(runs)]) == 2
+    assert "would replace them" in capsys.readouterr().err
+    other = layout / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    assert main(["ingest", str(runs), "--out", str(other)]) == 2
+    assert "not empty and not a corpus" in capsys.readouterr().err
+    assert (other / "notes.txt").read_text() == "mine\n"
+    assert main(["ingest", str(runs / IDS[0]) + ".traj.gz", "--out", str(layout)]) == 2
+    assert sorted(p.name for p in runs.iterdir()) == before
+    # an empty folder, and a corpus written before, are replaced as ever
+    (layout / "empty").mkdir()
+    assert main(["ingest", str(runs), "--out", str(layout / "empty")]) == 0
+    assert main(["ingest", str(runs), "--out", str(layout / "empty")]) == 0
+    # nothing readable and no --out before: nothing was written, and it says so
+    capsys.readouterr()
+    assert main(["ingest", str(layout / "typo"), "--out", str(layout / "new")]) == 2
+    assert "nothing was written" in capsys.readouterr().err
+    assert not (layout / "new").exists()
+
+
 def test_an_unusable_labels_file_is_an_error(layout: Path, capsys) -> None:
     argv = ["ingest", str(layout / "my-runs"), "--labels", str(layout / "nope.json")]
     assert main([*argv, "--out", str(layout / "c")]) == 2

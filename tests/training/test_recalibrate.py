@@ -192,6 +192,12 @@ def test_calibrate_command_on_runs(bundle, tmp_path, capsys, caplog) -> None:
     assert table.lookup("my-agent", 0.05).origin == "agent"
     assert table.groups["mini-swe-agent"] == load_bundle(bundle).thresholds.groups["mini-swe-agent"]
     assert "## Recalibrated" in (out / "README.md").read_text()
+    # a --labels file that cannot be read is an error (as for ingest), not a warning
+    capsys.readouterr()
+    nope = ["--labels", str(tmp_path / "nope.json"), "--out", str(tmp_path / "b9")]
+    assert main([*argv[:5], *nope]) == 2
+    assert "nope.json: (--labels) cannot read" in capsys.readouterr().err
+    assert not (tmp_path / "b9").exists()
     # the served thresholds of the new agent are those picked on its scores
     from training.data.records import load_records
 

@@ -39,8 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     import sys
     import time
+    from pathlib import Path
 
     from monitor.corpus import ingest
+    from monitor.errors import CorpusError
     from training.cli.scorer_args import labels_problem
 
     why = labels_problem(args.labels)
@@ -48,19 +50,22 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         print(f"error: {why}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
+    existed = Path(args.out).exists()
     try:
         summary = ingest(args.paths, args.out, format=args.format, labels=args.labels)
-    except ImportError as e:
+    except (ImportError, CorpusError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary.table())
     links = (
         f", {summary.links_followed} symbolic link(s) followed" if summary.links_followed else ""
     )
+    dest = f" -> {args.out}" if summary.runs else ""
     print(f"{summary.runs} runs, {len(summary.problems)} problems{links}, "
-          f"{time.perf_counter() - t0:.1f} s -> {args.out}")  # fmt: skip
+          f"{time.perf_counter() - t0:.1f} s{dest}")  # fmt: skip
     if summary.runs == 0:
-        print(f"error: no run could be read; {args.out} was left as it was", file=sys.stderr)
+        kept = f"{args.out} was left as it was" if existed else "nothing was written"
+        print(f"error: no run could be read; {kept}", file=sys.stderr)
         return 2
     return 1 if args.strict and summary.problems else 0
 

@@ -102,9 +102,17 @@ def load_runs(
     """Runs from `--data` paths: an ingest output folder (monitor.corpus) or raw transcripts and
     label files (monitor.reading.read_runs; `labels` are `--labels` files, joined wherever their
     runs lie). Unreadable files are reported by the readers, not raised, so one bad file never
-    stops training; they are logged as warnings, "path: what is wrong"."""
+    stops training; they are logged as warnings, "path: what is wrong". A `labels` file that
+    cannot be read as one raises LabelError naming it."""
     from monitor import corpus, reading
+    from monitor.errors import LabelError
+    from monitor.labels import load_label
 
+    for f in labels:  # a file a flag names must be usable, or nothing it names gets a verdict
+        try:
+            load_label(f, explicit=True)
+        except LabelError as e:
+            raise LabelError(e.path, f"(--labels) {e.reason}") from e
     runs: list[Trajectory] = []
     raw: list[Path] = []
     for p in map(Path, paths):
