@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from monitor.errors import LabelError
-from monitor.labels import PRIORITY, LabelFile, is_label_name, load_label
+from monitor.labels import PRIORITY, RESULTS_FOLDER, LabelFile, is_label_name, load_label
 from monitor.problems import Problem
 from monitor.types import Trajectory
 
@@ -18,7 +18,8 @@ from monitor.types import Trajectory
 def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) -> list[Path]:
     """Label files beside a run: in its folder and up to `levels` folders above it (as written
     and with links resolved), and the SWE-bench harness reports of `instance_id` in those
-    folders (`logs/.../<instance>/report.json`, `<tree>/<model>/<instance>/report.json`)."""
+    folders (`logs/.../<instance>/report.json`, `<tree>/<model>/<instance>/report.json`), and
+    the files of a `results/` folder in them (a submission's `results/results.json`)."""
     found: list[Path] = []
     run_path = Path(os.path.abspath(run_path))
     folders = list(run_path.parents)[:levels]
@@ -30,6 +31,9 @@ def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) 
             children = list(folder.iterdir())
         except OSError:
             continue
+        results = folder / RESULTS_FOLDER  # `<submission>/results/` labels `<submission>/`
+        if results.is_dir():
+            children += [c for c in results.iterdir() if c not in children]
         for child in children:
             if child.is_file() and is_label_name(child):
                 found.append(child)
@@ -142,6 +146,8 @@ class LabelJoin:
         self.matched: dict[int, set[str]] = {id(lf): set() for lf in labels}
         self.uncovered: dict[str, list[str]] = {}  # source folder -> runs no label file covers
         self.unnamed: dict[str, list[str]] = {}  # source folder -> covered runs with no verdict
+        # label file -> ids it names of runs read outside the folder it labels, and one folder
+        self.elsewhere: dict[int, tuple[set[str], str]] = {}
 
     def label(self, traj: Trajectory, path: Path, problems: list[Problem]) -> None:
         """Set `traj.resolved` from the label files; note disagreements as Problems."""
@@ -152,6 +158,9 @@ class LabelJoin:
         for named in self.index.naming(traj.instance_id):  # label files whose ids have a run
             if any(named.covers(p) for p in run_paths):
                 self.matched[id(named)].add(traj.instance_id)
+            else:
+                ids, _ = self.elsewhere.setdefault(id(named), (set(), str(walked.parent)))
+                ids.add(traj.instance_id)
         verdict, lf, other = self.index.pick(run_paths[0], traj.instance_id)
         if lf is None and run_paths[1] != run_paths[0]:
             # Through the link's target folder only a file naming the run labels it: a link
@@ -178,12 +187,15 @@ class LabelJoin:
         for lf in self.labels:
             missing = sorted(lf.named - self.matched[id(lf)])
             if missing:
-                problems.append(
-                    Problem(
-                        str(lf.path),
-                        f"names {len(missing)} instance(s) with no run here: {_shown(missing)}",
+                why = f"names {len(missing)} instance(s) with no run here: {_shown(missing)}"
+                ids, folder = self.elsewhere.get(id(lf), (set(), ""))
+                if ids & set(missing):  # the runs are there, only not under its folder
+                    why += (
+                        f"; {len(ids & set(missing))} of them are runs outside {lf.scope}, the "
+                        f"folder this file labels (e.g. in {folder}): a label file beside the "
+                        "runs labels them, or pass it with --labels to label runs wherever they lie"
                     )
-                )
+                problems.append(Problem(str(lf.path), why))
         for root, ids in sorted(self.uncovered.items()):
             problems.append(
                 Problem(

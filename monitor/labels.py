@@ -50,7 +50,7 @@ REWARD_NAME = "reward.txt"  # Harbor's verifier/reward.txt; found only inside tr
 
 _HARNESS_ERRORS = ("install_fail", "reset_failed", "test_errored")
 _UNRESOLVED_IDS = ("completed_ids", "unresolved_ids", "empty_patch_ids", "empty_error_patch_ids")
-_RESULTS_FOLDER = "results"
+RESULTS_FOLDER = "results"  # `<submission>/results/` holds the label files of `<submission>/`
 PRIORITY = {
     "harbor-trial": 0,
     "harbor-reward": 1,  # verifier/reward.txt: after the result.json beside it
@@ -149,7 +149,7 @@ def _names(folder: Path, instance_id: str, *, skip: str, containers: bool = Fals
 def _folder_scope(path: Path) -> Path:
     """The folder a run-level label file labels: its own, or the submission folder above a
     `results/` folder."""
-    return path.parent.parent if path.parent.name == _RESULTS_FOLDER else path.parent
+    return path.parent.parent if path.parent.name == RESULTS_FOLDER else path.parent
 
 
 def _is_run_report(data: dict[str, Any]) -> bool:

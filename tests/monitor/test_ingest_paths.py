@@ -151,3 +151,33 @@ def test_a_folder_holding_one_run_reads_as_it(data_dir: Path, tmp_path: Path) ->
     assert read_trajectory(folder).instance_id == folder.name  # its <instance>.traj.json
     with pytest.raises(TranscriptError, match="a folder of 3 runs"):
         read_trajectory(_copy_runs(data_dir, tmp_path / "three"))
+
+
+def test_inspect_finds_a_submission_results_folder_as_ingest_does(data_dir: Path, capsys) -> None:
+    """`<submission>/results/results.json` labels `<submission>/trajs/<id>`: ingest joins it,
+    and inspect, which looks for label files near the run, now finds it too."""
+    sub = data_dir / "swe-bench-verified" / "openhands-claude-3.5-sonnet"
+    run = sorted((sub / "trajs").iterdir())[0]
+    assert main(["inspect", str(run), "--steps", "0"]) == 0
+    label = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("label:"))
+    assert "results/results.json" in label
+    assert "unknown" not in label
+
+
+def test_a_label_file_in_a_sibling_folder_says_how_to_reach_its_runs(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _copy_runs(data_dir, proj / "runs")
+    (proj / "labels").mkdir()
+    (proj / "labels" / "results.json").write_text(json.dumps({"resolved_ids": IDS[:2]}))
+    assert main(["ingest", str(proj), "--out", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr()
+    said = err.out + err.err
+    assert "2 of them are runs outside" in said
+    assert "pass it with --labels" in said
+    argv = ["ingest", str(proj / "runs"), "--labels", str(proj / "labels" / "results.json")]
+    assert main([*argv, "--out", str(tmp_path / "c")]) == 0
+    got = {r.instance_id: r.resolved for r in load_corpus(tmp_path / "c")}
+    assert got == {IDS[0]: True, IDS[1]: True, IDS[2]: None}  # named by neither list
