@@ -53,3 +53,28 @@ def test_score_source_flag_and_gz_runs(
     assert grouped["scores"] == plain["scores"]  # --source names the group only
     other = scored("--source", "swe-agent-gpt4", "--agent", "someone-else")
     assert other["scores"] != pytest.approx(plain["scores"])  # the header the model reads
+
+
+def test_score_says_a_target_never_fitted_from_one_refused() -> None:
+    """`score --target T` where the group was calibrated at other targets is not "too few
+    runs"; a refusal quotes what it needs."""
+    from monitor.schedule import Schedule
+    from monitor.thresholds import GroupThresholds, StopThreshold, ThresholdTable
+    from serving.runs import RunResult
+    from training.cli.serving import _threshold_text
+
+    need = "cannot certify ...: needs at least 39 resolved validation runs, has 25"
+    group = GroupThresholds(
+        n_resolved=25,
+        warn=0.5,
+        stop={"0.1": StopThreshold(threshold=0.9), "0.05": StopThreshold(refused=need)},
+    )
+    table = ThresholdTable(
+        mode="x", confidence=0.95, method="conformal", schedule=Schedule(), targets=[0.05, 0.1],
+        groups={"mine": group}, pooled=group, group_by="source", fallback="none",
+    )  # fmt: skip
+    result = RunResult(threshold_origin="refused", group="mine")
+    assert f"refused: {need}" in _threshold_text(result, table, 0.05)
+    text = _threshold_text(result, table, 0.25)
+    assert "not calibrated at the target 0.25; its targets: 0.05, 0.1" in text
+    assert "too few" not in text

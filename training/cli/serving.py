@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from monitor.errors import BundleError
 from monitor.escape import visible
 from monitor.textio import json_safe
+from monitor.thresholds import target_key
 from training.cli.scorer_args import (
     limit_args,
     load_scorer,
@@ -94,7 +95,7 @@ def _score(args: argparse.Namespace) -> int:
         print(  # names from the transcript: control characters shown, never sent raw
             f"run={visible(traj.id)} agent={visible(traj.agent)} source={visible(traj.source)} "
             f"steps={len(traj.steps)} group={visible(group)} "
-            f"threshold={_threshold_text(result, scorer.bundle.thresholds)}"
+            f"threshold={_threshold_text(result, scorer.bundle.thresholds, scorer.target)}"
         )
         for k, (s, d) in enumerate(zip(result.scores, result.decisions, strict=True), 1):
             print(f"  k={k:4d} score={_num(s)} {d.action:8s} {visible(d.reason)}")
@@ -112,7 +113,7 @@ def _num(x: float) -> str:
     return f"{x:.3g}" if x == x and 0 < abs(x) < 0.01 else f"{x:.3f}"
 
 
-def _threshold_text(result: RunResult, table: ThresholdTable | None) -> str:
+def _threshold_text(result: RunResult, table: ThresholdTable | None, target: float) -> str:
     """The stop threshold a run used, and where from, in words."""
     src = result.threshold_origin
     if result.scorer != "monitor":  # served by the candidate the group chose (serving.choice)
@@ -127,6 +128,16 @@ def _threshold_text(result: RunResult, table: ThresholdTable | None) -> str:
             "`failfast calibrate` it)"
         )
     if src == "refused":
+        own = table.groups.get(result.group) if table is not None else None
+        entry = own.stop.get(target_key(target)) if own is not None else None
+        if own is not None and entry is None:  # never asked of this group, not refused by it
+            fitted = ", ".join(sorted(own.stop, key=float)) or "none"
+            return (
+                f"none: no stop by score (the group was not calibrated at the target {target:g}; "
+                f"its targets: {fitted}; `failfast calibrate --target-fpr {target:g}` fits it)"
+            )
+        if entry is not None and entry.refused:  # it says what it needs: "needs at least ..."
+            return f"none: no stop by score (refused: {entry.refused})"
         return "none: no stop by score (refused: too few resolved calibration runs to certify the target)"
     return f"none: no stop by score ({src})"
 
