@@ -188,10 +188,10 @@ class LabelJoin:
             missing = sorted(lf.named - self.matched[id(lf)])
             if missing:
                 why = f"names {len(missing)} instance(s) with no run here: {_shown(missing)}"
-                ids, folder = self.elsewhere.get(id(lf), (set(), ""))
-                if ids & set(missing):  # the runs are there, only not under its folder
+                seen, folder = self.elsewhere.get(id(lf), (set(), ""))
+                if seen & set(missing):  # the runs are there, only not under its folder
                     why += (
-                        f"; {len(ids & set(missing))} of them are runs outside {lf.scope}, the "
+                        f"; {len(seen & set(missing))} of them are runs outside {lf.scope}, the "
                         f"folder this file labels (e.g. in {folder}): a label file beside the "
                         "runs labels them, or pass it with --labels to label runs wherever they lie"
                     )

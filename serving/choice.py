@@ -9,9 +9,13 @@ session equal those of a replay of the same steps.
 
 The LM probe is served where:
 - the bundle has no candidates.json, or it is not listed (hashed) in monitor.json;
-- the group chose it, the group is not in candidates.json (a group added by `failfast
-  calibrate`), or `failfast calibrate` re-calibrated the group (its candidates' thresholds are
-  the training run's, the monitor's are new: the comparison behind the choice no longer holds);
+- the group chose it, or the group is not in candidates.json;
+- `failfast calibrate` re-calibrated the group without re-calibrating its candidates (from
+  decision logs, which hold the LM probe's scores only): its candidates' thresholds are the
+  training run's, the monitor's are new, so the comparison behind the choice no longer holds.
+  Where `failfast calibrate` scored and calibrated every candidate on the group's runs and made
+  the choice on them (training.calibrate.candidates), the entry says `calibrated_by` and is
+  served like a choice `failfast train` made;
 - the chosen candidate has no threshold for the served target (refused), or cannot be scored
   (its parameters are missing).
 
@@ -158,7 +162,8 @@ class Choice:
         entry = self.chosen.get(group)
         if entry is None:
             return probe("the LM probe: the group is not in candidates.json")
-        if group in self.recalibrated:
+        mine = entry.get("calibrated_by") == "failfast calibrate"  # chosen by it, on the same runs
+        if group in self.recalibrated and not mine:
             return probe("the LM probe: the group was re-calibrated by `failfast calibrate`")
         name = chosen_name(entry, target)
         if name == MONITOR:
@@ -170,6 +175,8 @@ class Choice:
         if not math.isfinite(th.stop):
             return probe(f"the LM probe: the chosen {name} has no threshold at {target:g}")
         why = f"{name}: it saved the most tokens on held-out calibration runs of this group"
+        if mine:
+            why += " (`failfast calibrate`, on the runs it calibrated)"
         if target_key(target) in (entry.get("no_evidence") or ()):
             why = (
                 f"{name}: chosen over all targets (no candidate stopped a held-out calibration "

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 def score_runs(
     scorer: Scorer, runs: Sequence[Trajectory], *, progress: bool = True
 ) -> list[RunRecord]:
-    """RunRecords (scorer "monitor") of labelled runs scored with the bundle's whole-run graph.
+    """RunRecords of labelled runs scored with the bundle's whole-run graph: the LM probe
+    ("monitor") and, where the bundle has a second probe, its scores ("monitor_text").
 
     Args:
         scorer: a serving.Scorer.
@@ -43,11 +44,12 @@ def score_runs(
     """
     from tqdm import tqdm
 
-    scores = [
-        np.asarray(scorer.score_run(r), dtype=np.float64)
-        for r in tqdm(runs, desc="scoring runs", unit="run", disable=not progress)
-    ]
-    return records_from_runs(runs, {"monitor": scores})
+    heads = [scorer.score_heads(r) for r in tqdm(runs, desc="scoring runs", unit="run",
+                                                  disable=not progress)]  # fmt: skip
+    names = [n for n in (heads[0] if heads else {"monitor": []}) if all(n in h for h in heads)]
+    return records_from_runs(
+        runs, {n: [np.asarray(h[n], dtype=np.float64) for h in heads] for n in names}
+    )
 
 
 @dataclass

@@ -177,6 +177,7 @@ def _check(
     from pathlib import Path
 
     from monitor.policy import PolicyConfig
+    from training.calibrate.candidates import bundle_candidates
     from training.evaluate.inputs import write_report
     from training.evaluate.summary import plain_summary
     from training.pipeline.check import check_calibration, split_for_check
@@ -191,7 +192,15 @@ def _check(
         f"holding out {len(held)} ({args.check:g} of the instances)"
     )
     got = check_calibration(
-        old, calib, held, cfg, schedule=schedule, target=served, replace=args.replace, runs=runs
+        old,
+        calib,
+        held,
+        cfg,
+        schedule=schedule,
+        target=served,
+        replace=args.replace,
+        runs=runs,
+        candidates=bundle_candidates(bundle),
     )
     where = Path(f"{Path(args.out)}.check")
     table = write_report(
@@ -256,6 +265,40 @@ def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
     return ThresholdConfig.model_validate(base | cfg.model_dump(exclude_unset=True))
 
 
+def served_choice(
+    bundle: Any, records: list[Any], cfg: Any, schedule: Any, groups: list[str], served: float
+) -> dict[str, Any] | None:
+    """The bundle's candidates.json with the per-group choice re-made for `groups` on `records`
+    (None: the bundle has none), and what each group will be served with, printed."""
+    from training.calibrate.candidates import bundle_candidates, recalibrate_candidates
+
+    old = bundle_candidates(bundle)
+    if old is None:
+        return None
+    new, choice = recalibrate_candidates(old, records, cfg, schedule, groups)
+    key = f"{served:g}"
+    for g in groups:
+        c = choice.get(g)
+        if c is None:
+            print(f"served for {visible(g)}: the LM probe (no candidate scores in its runs)")
+            continue
+        name = c.get("chosen_by_target", {}).get(key) or c["chosen"] or "monitor"
+        saved = c.get("held_out_by_target", {}).get(key)
+        also = ", ".join(
+            f"{n} {100 * v:.1f}%" for n, v in sorted(c["mean_saved"].items(), key=lambda x: -x[1])
+        )
+        print(
+            f"served for {visible(g)} at {key}: {name}"
+            + (
+                f" ({100 * saved:.1f}% of tokens saved on held-out runs"
+                if saved is not None
+                else " ("
+            )
+            + f"; mean over the targets: {also or 'none qualified'})"
+        )
+    return new
+
+
 def _write(
     args: argparse.Namespace, scorer: Scorer, cfg: Any, records: list[Any], data: dict
 ) -> int:
@@ -304,8 +347,15 @@ def _write(
     record = calibration_record(
         result, cfg, data=data, served_target=served, bundle=bundle, command=command
     )
+    cands = served_choice(bundle, records, cfg, schedule, list(result.groups), served)
+    if cands is not None:
+        record["candidates"] = (
+            "per-group choice re-made on these runs (training.calibrate.candidates)"
+        )
     try:
-        out = write_calibrated_bundle(bundle, args.out, table, record, target=served)
+        out = write_calibrated_bundle(
+            bundle, args.out, table, record, target=served, candidates=cands
+        )
     except BundleError as e:
         return problem(e)
     print(f"recalibrated bundle: {out} (served target {served:g}; calibrated {record['at']})")

@@ -19,6 +19,7 @@ def calibration_records(
 ) -> tuple[list[Any], dict[str, Any], list[Any]]:
     """The calibration records of --data (runs scored now, decision logs as logged), and the
     labelled runs read from files (the --check's rule baselines read them)."""
+    from training.calibrate.candidates import add_candidate_scores
     from training.calibrate.recalibrate import score_runs
     from training.data.decisions import is_decision_log, runs_from_logs
     from training.data.runs import labelled_runs, load_runs
@@ -48,16 +49,14 @@ def calibration_records(
         )
         data |= {"runs_read": len(runs), "runs_labelled": len(lab.runs)}
         data |= {"no_verdict": sum(lab.unknown.values()), "no_steps": sum(lab.empty.values())}
-        if args.check is not None:  # with the bundle's baselines, for the check's report
-            from training.evaluate.inputs import score_with_bundle
-
-            scored = score_with_bundle(
-                scorer.bundle.path, lab.runs, scorer=scorer, progress=not args.no_progress
-            )
-        else:
-            scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
+        scored = score_runs(scorer, lab.runs, progress=not args.no_progress)
         for rec in scored:  # ... or, keyed by source, only the group: the scores stay the
             rec.source = args.agent or rec.source  # transcript's, as `score --source` sees them
+        # every candidate the bundle serves, as served for the run's group: calibrate makes the
+        # per-group choice on them (training.calibrate.candidates), and the check reports them
+        names = add_candidate_scores(scorer, lab.runs, scored, group_by)
+        if names:
+            print(f"candidates scored as served: {', '.join(names)}")
         records += scored
     if logs:
         got = runs_from_logs(logs, args.verdicts, shadow_only=args.shadow_only)

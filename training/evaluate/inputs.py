@@ -54,6 +54,9 @@ class EvalInputs:
     candidates: dict[str, Any] | None = None
     """A bundle's candidates.json: the calibrated baselines use it when there are no calibration
     records; its known-task choice is reported either way (training.evaluate.known_tasks)."""
+    as_served: bool = False
+    """Use `candidates` (thresholds and choice) even with calibration records: a candidates.json
+    re-made on them (the check of `failfast calibrate`)."""
 
     def evaluate(self, cfg: EvalConfig) -> dict[str, Any]:
         """The report (training.evaluate.report.evaluate) of these inputs under `cfg`."""
@@ -67,6 +70,7 @@ class EvalInputs:
             signals=self.signals,
             budgets=self.budgets,
             candidates=self.candidates,
+            as_served=self.as_served,
         )
 
 

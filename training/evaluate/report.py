@@ -110,25 +110,31 @@ def _calibrated_baselines(
     calibration: Sequence[RunRecord] | None,
     candidates: dict[str, Any] | None,
     notes: list[str],
+    as_served: bool = False,
 ) -> tuple[dict[str, Stops], dict[str, dict[str, Any]]]:
     """Every baseline calibrated as the monitor is (`calibrated_baselines`): recalibrated on
     `calibration` (with LoopBrake's own line beside them), else the thresholds a bundle's
-    candidates.json ships; none without either. `monitor`: the LM probe's stops and thresholds
-    used; a note is added to `notes` when the bundle's thresholds are used."""
-    if not calibration:
+    candidates.json ships; none without either. `as_served`: the bundle's thresholds and
+    choice even with `calibration` (its candidates.json was re-made on those runs: the check
+    of `failfast calibrate`), LoopBrake beside them. `monitor`: the LM probe's stops and
+    thresholds used; a note is added to `notes` when the bundle's thresholds are used."""
+    if not calibration or (as_served and candidates):
         if not candidates:
             return {}, {}
         from training.evaluate.shipped import from_bundle
 
         notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
-        return from_bundle(records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor)
-    cal_stops, cal_info = as_shipped(
-        calibration, records, thresholds, target=cfg.target_fpr,
-        scorers=_calibrated_scorers(cfg, calibration),
-    )  # fmt: skip
+        cal_stops, cal_info = from_bundle(
+            records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor
+        )
+    else:
+        cal_stops, cal_info = as_shipped(
+            calibration, records, thresholds, target=cfg.target_fpr,
+            scorers=_calibrated_scorers(cfg, calibration),
+        )  # fmt: skip
     cal_stops.pop(cfg.scorer, None)  # the monitor's own entry is `monitor`
     cal_info.pop(cfg.scorer, None)
-    if "loopbrake" in rules:
+    if "loopbrake" in rules and calibration:
         lines = rules["loopbrake"][1]["stop_line"]
         groups = {str(getattr(r, thresholds.group_by)) for r in records}
         cal_stops["loopbrake"] = rules["loopbrake"][0]
@@ -150,6 +156,7 @@ def evaluate(
     signals: Mapping[str, np.ndarray] | None = None,
     budgets: Mapping[str, Any] | None = None,
     candidates: dict[str, Any] | None = None,
+    as_served: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the monitor's thresholds and the baselines on (test) records.
 
@@ -162,6 +169,8 @@ def evaluate(
         budgets: group -> monitor.halts.Budget fitted on non-evaluation resolved runs (p95).
         candidates: a bundle's candidates.json; without `calibration` the calibrated baselines
             and the served choice are its shipped thresholds (training.evaluate.shipped).
+        as_served: with `candidates`, those shipped thresholds and choice even with
+            `calibration` (a candidates.json re-made on the calibration runs).
     """
     cfg = config or EvalConfig()
     key = cfg.group_by or thresholds.group_by
@@ -191,7 +200,7 @@ def evaluate(
         )
         rules["loopbrake"] = (st, {"knob": None, "alpha": cfg.target_fpr, "stop_line": lines})
     cal_stops, cal_info = _calibrated_baselines(
-        records, thresholds, cfg, (mon, used), rules, calibration, candidates, notes
+        records, thresholds, cfg, (mon, used), rules, calibration, candidates, notes, as_served
     )
     stops = {
         "monitor": mon,

@@ -25,10 +25,13 @@ def write_calibrated_bundle(
     record: dict[str, Any],
     *,
     target: float,
+    candidates: dict[str, Any] | None = None,
 ) -> Path:
     """Copy the loaded `bundle` (serving.bundle.Bundle) to `out` with `table` as its thresholds,
-    `target` as the served default and `record` as its `calibration`; the model card gets a
-    section saying so. monitor.json is written last, and the copy is loaded back (hashes checked).
+    `target` as the served default and `record` as its `calibration`, and `candidates` as its
+    candidates.json when given (the per-group choice re-made, training.calibrate.candidates);
+    the model card gets a section saying so. monitor.json is written last, and the copy is
+    loaded back (hashes checked).
 
     Raises:
         BundleError: `out` is the source bundle, or not empty and not a bundle.
@@ -37,7 +40,7 @@ def write_calibrated_bundle(
     check_out_dir(src, dst, "the bundle being recalibrated")
     # Built beside `out` and renamed into place whole: a kill leaves the previous bundle as it was.
     with atomic_dir(dst) as tmp:
-        _copy(bundle, src, tmp, table, record, target)
+        _copy(bundle, src, tmp, table, record, target, candidates)
     log.info("recalibrated bundle written to %s", dst)
     return dst
 
@@ -65,12 +68,20 @@ def copy_listed(bundle: Any, src: Path, dst: Path) -> None:
 
 
 def _copy(
-    bundle: Any, src: Path, dst: Path, table: ThresholdTable, record: dict[str, Any], target: float
+    bundle: Any,
+    src: Path,
+    dst: Path,
+    table: ThresholdTable,
+    record: dict[str, Any],
+    target: float,
+    candidates: dict[str, Any] | None = None,
 ) -> None:
     from serving.bundle import load_bundle
     from serving.manifest import Manifest, write_manifest
 
     copy_listed(bundle, src, dst)
+    if candidates is not None:  # hashed with the rest by write_manifest below
+        (dst / "candidates.json").write_text(json.dumps(candidates, indent=1) + "\n")
     # validated (not model_copy): the policy takes the new table's schedule
     manifest = Manifest.model_validate(
         {

@@ -96,10 +96,14 @@ def check_calibration(
     target: float,
     replace: bool = False,
     runs: Sequence[Trajectory] | None = None,
+    candidates: dict[str, Any] | None = None,
 ) -> CheckResult:
     """Calibrate on `calib` (as `failfast calibrate`), evaluate `held_out` at `target` under the
     result. `runs` (the transcripts) add the rule baselines, their Budget fitted on the
     calibration part's instances; LoopBrake is calibrated on the calibration part.
+    `candidates`: the bundle's candidates.json; where the records carry the candidates'
+    scores, the per-group choice is re-made on `calib` as `failfast calibrate` makes it
+    (training.calibrate.candidates), and the held-out runs are served by it.
 
     Raises:
         ValueError: from `recalibrate` (no records, mismatched grouping).
@@ -107,7 +111,21 @@ def check_calibration(
     from training.evaluate.inputs import EvalInputs, rule_inputs
 
     result = recalibrate(old, calib, cfg, schedule=schedule, replace=replace)
-    inputs = EvalInputs(list(held_out), result.table, calibration=list(calib))
+    served = None
+    if candidates is not None:
+        from training.calibrate.candidates import recalibrate_candidates
+
+        served, choice = recalibrate_candidates(
+            candidates, calib, cfg, schedule, list(result.groups)
+        )
+        served = served if choice else None  # no candidate scores: as before
+    inputs = EvalInputs(
+        list(held_out),
+        result.table,
+        calibration=list(calib),
+        candidates=served,
+        as_served=served is not None,
+    )
     if runs:
         inputs.signals, inputs.budgets = rule_inputs(runs, held_out, result.table.group_by)
     report = inputs.evaluate(EvalConfig(target_fpr=target))

@@ -1,0 +1,131 @@
+"""`failfast calibrate` for the per-group choice: the groups it calibrates are served by the
+candidate that saves the most tokens on their held-out runs, as `failfast train` chooses.
+
+Before, a group `failfast calibrate` touched was always served by the LM probe (its candidates'
+thresholds were the training run's, so the comparison behind the choice no longer held), even
+where the check it ran itself found a baseline saving twice as much on the user's runs. Now every
+candidate the bundle can serve is scored on the calibration runs with the numbers serving gives
+(`serving.choice.Choice.score_run`: the same numpy parameters, the run's own group), calibrated by
+the monitor's procedure (`training.evaluate.calibrated.calibrated_tables`) and the choice is made
+on inner folds of those runs (`training.evaluate.select.select_per_group`), exactly as training
+does. The group's candidates.json entry says so (`calibrated_by`), which is what lets serving
+follow it (serving.choice). A group calibrated from decision logs only (their scores are the LM
+probe's) keeps the LM probe.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from monitor.schedule import Schedule
+from monitor.signals import signal_matrix
+from monitor.thresholds import ThresholdTable
+from serving.candidate_run import MONITOR, MONITOR_TEXT, run_pieces
+from serving.task_prior import PRIOR_CANDIDATES
+from training.data.records import RunRecord
+
+if TYPE_CHECKING:
+    from serving.scorer import Scorer
+    from training.config import ThresholdConfig
+
+CALIBRATED_BY = "failfast calibrate"
+
+
+def add_candidate_scores(
+    scorer: Scorer, runs: Sequence[Any], records: Sequence[RunRecord], group_by: str
+) -> list[str]:
+    """Add to each record (in the order of `runs`, one per run) the whole-run score of every
+    candidate the bundle can serve, as served for the record's group; returns their names
+    (none for a bundle without candidates.json)."""
+    choice = scorer.choice
+    if choice is None:
+        return []
+    if len(runs) != len(records):
+        raise ValueError(f"{len(runs)} runs but {len(records)} records")
+    names = [
+        n
+        for n in choice.tables
+        if n != MONITOR and n not in PRIOR_CANDIDATES and choice.servable(n)
+    ]
+    for rec, traj in zip(records, runs, strict=True):
+        if rec.run_id != traj.id:
+            raise ValueError(f"record {rec.run_id} is not run {traj.id}")
+        group = str(getattr(rec, group_by))
+        pieces = run_pieces(scorer.featuriser, traj, choice.tfidf_text)
+        sig = signal_matrix(traj)
+        tokens = [s.tokens for s in traj.steps]
+        mon = [float(x) for x in rec.scores[MONITOR]]
+        text = rec.scores.get(MONITOR_TEXT)
+        for n in names:
+            if n == MONITOR_TEXT and text is None:
+                continue
+            rec.scores[n] = choice.score_run(
+                n, pieces, sig, tokens, group, mon, None if text is None else list(text)
+            )
+    return [n for n in names if all(n in r.scores for r in records)]
+
+
+def bundle_candidates(bundle: Any) -> dict[str, Any] | None:
+    """A loaded bundle's candidates.json as JSON (None: it has none, or does not list it, so
+    serving would not read it either)."""
+    import json
+
+    from serving.bundle import CANDIDATES
+
+    if CANDIDATES not in bundle.manifest.files:
+        return None
+    data: dict[str, Any] = json.loads((bundle.path / CANDIDATES).read_text(encoding="utf-8"))
+    return data
+
+
+def recalibrate_candidates(
+    candidates: dict[str, Any],
+    records: Sequence[RunRecord],
+    cfg: ThresholdConfig,
+    schedule: Schedule,
+    groups: Sequence[str],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A copy of a bundle's candidates.json in which `groups` (those the LM probe's thresholds
+    were recalibrated for) have every candidate's thresholds picked on `records` and the
+    per-group choice made on them; groups whose records carry no candidate score lose a choice
+    an earlier `failfast calibrate` made (the LM probe serves them). Returns (the new file, per
+    group the choice as select_per_group gives it)."""
+    from training.evaluate.calibrated import calibrated_tables
+    from training.evaluate.select import select_per_group
+
+    out = copy.deepcopy(candidates)
+    others = [n for n in out.get("thresholds", {}) if n != MONITOR]
+    names = [n for n in [MONITOR, *others] if all(n in r.scores for r in records)]
+    mine = [r for r in records if str(getattr(r, cfg.group_by)) in set(groups)]
+    extra = [n for n in names if n != MONITOR]  # candidates besides the probe, scored
+    scored = {str(getattr(r, cfg.group_by)) for r in mine if extra and MONITOR in names}
+    chosen = out.setdefault("chosen", {})
+    for g in groups:  # a group now scored by the LM probe's new thresholds alone
+        if g not in scored and isinstance(chosen.get(g), dict):
+            chosen[g].pop("calibrated_by", None)
+    if not scored:
+        return out, {}
+    mine = [r for r in mine if str(getattr(r, cfg.group_by)) in scored]
+    fitted = calibrated_tables(mine, names, cfg, schedule)
+    for n, table in fitted.items():
+        if n not in out["thresholds"]:  # the LM probe's own table is the bundle's monitor.json
+            continue
+        old = ThresholdTable.model_validate(out["thresholds"][n])
+        for g in scored:
+            if g in table.groups:
+                old.groups[g] = table.groups[g]
+        old.targets = sorted(set(old.targets) | set(table.targets))
+        out["thresholds"][n] = old.to_json()
+    choice = select_per_group(mine, names, cfg, schedule, targets=list(cfg.targets))
+    for g, c in choice.items():
+        chosen[g] = {
+            "scorer": c["chosen"] or MONITOR,
+            "by_target": c.get("chosen_by_target", {}),
+            "no_evidence": c.get("no_evidence", []),
+            "held_out_saved": c["mean_saved"],
+            "held_out_by_target": c.get("held_out_by_target", {}),
+            "calibrated_by": CALIBRATED_BY,
+        }
+    return out, choice
