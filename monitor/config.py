@@ -92,4 +92,21 @@ def load_config(
         return cls.model_validate(data)
     except ValidationError as e:
         where = f"{path}: " if path else ""
-        raise ConfigError(f"{where}{e}") from e
+        raise ConfigError(f"{where}{explain(e, cls)}") from e
+
+
+def explain(e: ValidationError, cls: type[BaseModel]) -> str:
+    """A validation error on one line a user can act on: each bad key with what is wrong, and
+    for an unknown top-level key the keys there are (pydantic's own text spans lines and links
+    to its docs)."""
+    parts = []
+    for err in e.errors():
+        key = ".".join(str(x) for x in err["loc"]) or "(the config)"
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(cls.model_fields) if len(err["loc"]) == 1 else ""
+            parts.append(f"{key}: unknown option" + (f" (options: {known})" if known else ""))
+        else:
+            got = repr(err.get("input"))
+            shown = f" (got {got})" if err["loc"] and len(got) <= 80 else ""
+            parts.append(f"{key}: {err['msg']}{shown}")
+    return f"{cls.__name__}: " + "; ".join(parts)

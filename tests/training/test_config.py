@@ -83,3 +83,16 @@ def test_probe_text_needs_its_text_and_the_frozen_probe():
         load_pipeline_config(quick, ["train.probe_text=1.0", "train.tfidf_text=null"])
     with pytest.raises(ConfigError, match="model.head: lora"):
         load_pipeline_config(quick, ["train.probe_text=1.0", "model.head=lora"])
+
+
+def test_config_errors_read_on_one_line_with_the_options() -> None:
+    from monitor.config import load_config
+    from training.config import ThresholdConfig
+
+    with pytest.raises(ConfigError) as e:
+        load_config(ThresholdConfig, None, ["margn=1", "margin=abc"])
+    text = str(e.value)
+    assert "\n" not in text
+    assert "margn: unknown option (options: mode, method" in text
+    assert "margin: Input should be a valid number" in text
+    assert "(got 'abc')" in text

@@ -337,10 +337,11 @@ def _write(
         print(f"refused at the served target {served:g} for {visible(g)}: {visible(why)}")
     if result.groups and all(g in refused for g in result.groups):
         if "pooled" in refused or result.pooled != "recalibrated":
+            kept = " (the --check report is kept beside it)" if args.check is not None else ""
             why = (
                 f"no group of the data can certify the served target {served:g} (see above); "
-                "no bundle written (a --check report is kept beside it). Give more resolved "
-                "runs, a larger --serve-target, or another --method"
+                f"no bundle written{kept}. Give more resolved runs, a larger --serve-target, or "
+                "another --method"
             )
             return problem(ValueError(why))
     command = "failfast " + " ".join(shlex.quote(a) for a in args.argv)
