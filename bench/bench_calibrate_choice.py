@@ -128,7 +128,7 @@ def main() -> int:
         f"instance (seed {args.seed}); calibrated on one half, measured on the other"
     )
     print(
-        "| target | served by | mean FPR | splits over target | tokens saved | served - probe [95%] |"
+        "| target | served by | mean FPR | splits over target | tokens saved | served - probe: mean [2.5-97.5% of splits] |"
     )
     print("|---:|---|---:|---:|---:|---|")
     for t in cfg.targets:
