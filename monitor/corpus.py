@@ -122,6 +122,8 @@ def check_out(out: str | Path, paths: Iterable[str | Path] = ()) -> None:
                 f"{where}: --out is where the runs {path} are read from; writing the corpus "
                 "there would replace them (give another folder)"
             )
+    if where.exists() and not where.is_dir():
+        raise CorpusError(f"{where}: --out is a file, not a folder")
     if where.is_dir() and any(where.iterdir()) and not is_corpus(where):
         raise CorpusError(
             f"{where}: not empty and not a corpus written by `failfast ingest`; refusing to "

@@ -32,10 +32,12 @@ def find_labels_near(run_path: Path, *, instance_id: str = "", levels: int = 4) 
         except OSError:
             continue
         results = folder / RESULTS_FOLDER  # `<submission>/results/` labels `<submission>/`
-        if results.is_dir():
+        try:
             children += [c for c in results.iterdir() if c not in children]
+        except OSError:  # none, or unreadable: as for the folder itself
+            pass
         for child in children:
-            if child.is_file() and is_label_name(child):
+            if child.is_file() and is_label_name(child) and child not in found:
                 found.append(child)
         logs = folder / "logs"
         if logs.is_dir():
@@ -155,12 +157,12 @@ class LabelJoin:
         # labels it (`ln -s /data/runs/* .` puts the runs beside the label file only as links).
         walked = Path(os.path.abspath(traj.path or path))
         run_paths = [walked, Path(os.path.realpath(walked))]
+        outside = []  # files naming the run's id that do not label its folder
         for named in self.index.naming(traj.instance_id):  # label files whose ids have a run
             if any(named.covers(p) for p in run_paths):
                 self.matched[id(named)].add(traj.instance_id)
             else:
-                ids, _ = self.elsewhere.setdefault(id(named), (set(), str(walked.parent)))
-                ids.add(traj.instance_id)
+                outside.append(named)
         verdict, lf, other = self.index.pick(run_paths[0], traj.instance_id)
         if lf is None and run_paths[1] != run_paths[0]:
             # Through the link's target folder only a file naming the run labels it: a link
@@ -170,7 +172,10 @@ class LabelJoin:
                 run_paths[1], traj.instance_id, defaults=not renamed
             )
         traj.resolved = verdict
-        if lf is None:
+        if lf is None:  # only a run left without a verdict is a hint (not another's labelled run)
+            for named in outside:
+                ids, _ = self.elsewhere.setdefault(id(named), (set(), str(walked.parent)))
+                ids.add(traj.instance_id)
             root = next((p for p in walked.parents if p.name == traj.source), walked.parent)
             covered = any(f.covers(p) for f in self.labels for p in run_paths)
             (self.unnamed if covered else self.uncovered).setdefault(str(root), []).append(traj.id)

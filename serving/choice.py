@@ -172,7 +172,9 @@ class Choice:
         if not ok or name not in self.tables:
             return probe(f"the LM probe: the chosen {name} cannot be scored by this bundle")
         th = self.tables[name].lookup(group, target)
-        if not math.isfinite(th.stop):
+        if not math.isfinite(th.stop) or (mine and th.origin != "agent"):
+            # (a choice calibrate made stands on the group's own thresholds, not the training
+            # run's pooled ones)
             return probe(f"the LM probe: the chosen {name} has no threshold at {target:g}")
         why = f"{name}: it saved the most tokens on held-out calibration runs of this group"
         if mine:

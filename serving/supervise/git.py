@@ -68,8 +68,15 @@ def keep_specs(workdir: Path, files: Sequence[Path], prefixes: Sequence[Path] = 
             rel = where.relative_to(top).as_posix()
         except ValueError:
             continue
-        specs.append("/" + "".join(f"[{c}]" if c in "*?[]\\ " else c for c in rel) + tail)
+        specs.append("/" + "".join(_literal(c) for c in rel) + tail)
     return specs
+
+
+def _literal(c: str) -> str:
+    """One character matched as itself by a glob pathspec and a .gitignore pattern alike."""
+    if c == "\\":
+        return "\\\\"  # a backslash escapes in both; in brackets it would escape the "]"
+    return f"[{c}]" if c in "*?[] " else c
 
 
 def _pathspecs(keep: Sequence[str]) -> list[str]:
@@ -99,9 +106,30 @@ def diff(workdir: Path, before: Snapshot, after: Snapshot) -> str:
     return _git(workdir, "diff", "--binary", before.tree, after.tree)
 
 
-def restore(workdir: Path, snap: Snapshot, keep: Sequence[str] = ()) -> None:
+def restore(
+    workdir: Path, snap: Snapshot, keep: Sequence[str] = (), protect: Sequence[Path] = ()
+) -> None:
     """Put the repository back to `snap`: HEAD (commits made since are dropped from the branch),
-    the work tree's files (files created since are removed, except `keep`), the index as HEAD."""
+    the work tree's files (files created since are removed, except `keep`), the index as HEAD.
+    The whole work tree, whichever folder of it `workdir` is. `protect`: files (the `keep` ones
+    that exist) copied aside first and put back after: an agent that ran `git add -A` or
+    committed them would otherwise have them removed by the reset."""
+    with tempfile.TemporaryDirectory(prefix="failfast-keep-") as aside:
+        saved = []
+        for i, path in enumerate(protect):
+            if Path(path).is_file():
+                copy = Path(aside) / str(i)
+                shutil.copy2(path, copy)
+                saved.append((Path(path), copy))
+        try:
+            _restore(workdir, snap, keep)
+        finally:
+            for path, copy in saved:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(copy, path)
+
+
+def _restore(workdir: Path, snap: Snapshot, keep: Sequence[str]) -> None:
     if snap.head:
         _git(workdir, "reset", "-q", "--hard", snap.head)
     # excluded as ignored files are: an untracked folder holding one is not removed whole

@@ -15,6 +15,7 @@ monitor_error and the attempt goes on.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import signal
@@ -147,7 +148,8 @@ class Supervisor:
                     break
                 if self._repo and record.get("_snapshot") is not None:
                     try:
-                        git.restore(cfg.workdir, record["_snapshot"], self._keep)
+                        protect = self._own_files() if self._keep else []  # inside the tree
+                        git.restore(cfg.workdir, record["_snapshot"], self._keep, protect)
                         record["reset"] = True
                     except (git.GitError, OSError) as e:
                         self.say(f"could not reset {cfg.workdir}: {e}")
@@ -163,6 +165,12 @@ class Supervisor:
             f"{self.outcome} ({self.reason}) after {len(self.attempts)} attempt(s); exit {code}"
         )
         return code
+
+    def _own_files(self) -> list[Path]:
+        """The files of ours that exist now: the kept attempts, packets, prompts, the summary."""
+        t = self.cfg.transcript
+        own = [p for p in t.parent.glob(f"{glob.escape(t.name)}.attempt-*") if p.is_file()]
+        return own + ([self.cfg.summary] if self.cfg.summary is not None else [])
 
     def _totals(self, current: dict[str, float] | None = None) -> dict[str, float]:
         t = {k: v + (current or {}).get(k, 0) for k, v in self.totals.items()}

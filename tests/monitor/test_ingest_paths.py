@@ -68,6 +68,9 @@ def test_an_out_folder_holding_other_files_or_the_runs_is_refused(layout: Path, 
     assert "not empty and not a corpus" in capsys.readouterr().err
     assert (other / "notes.txt").read_text() == "mine\n"
     assert main(["ingest", str(runs / IDS[0]) + ".traj.gz", "--out", str(layout)]) == 2
+    (layout / "afile").write_text("x\n")
+    assert main(["ingest", str(runs), "--out", str(layout / "afile")]) == 2
+    assert "--out is a file" in capsys.readouterr().err
     assert sorted(p.name for p in runs.iterdir()) == before
     # an empty folder, and a corpus written before, are replaced as ever
     (layout / "empty").mkdir()
@@ -181,3 +184,19 @@ def test_a_label_file_in_a_sibling_folder_says_how_to_reach_its_runs(
     assert main([*argv, "--out", str(tmp_path / "c")]) == 0
     got = {r.instance_id: r.resolved for r in load_corpus(tmp_path / "c")}
     assert got == {IDS[0]: True, IDS[1]: True, IDS[2]: None}  # named by neither list
+
+
+def test_a_sibling_submission_labelled_by_its_own_file_gets_no_hint(
+    data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        _copy_runs(data_dir, tmp_path / sub / "runs")
+        (tmp_path / sub / "results.json").write_text(json.dumps({"resolved_ids": IDS}))
+    assert (
+        main(["ingest", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c")])
+        == 0
+    )
+    got = capsys.readouterr()
+    assert "runs outside" not in got.out + got.err
+    assert all(r.resolved for r in load_corpus(tmp_path / "c"))

@@ -98,7 +98,7 @@ def test_kept_names_with_glob_characters_match_only_themselves(tmp_path):
     repo = tmp_path / "r"
     repo.mkdir()
     run_git(repo, "init", "-q")
-    name = "run [1]*?! #x.jsonl "
+    name = "run [1]*?! #x\\y.jsonl "
     keep = git.keep_specs(repo, [repo / name])
     start = git.snapshot(repo, keep)
     (repo / name).write_text("ours\n")
@@ -109,3 +109,25 @@ def test_kept_names_with_glob_characters_match_only_themselves(tmp_path):
     git.restore(repo, start, keep)
     assert (repo / name).exists()
     assert not (repo / "run 1x!.jsonl ").exists()
+
+
+def test_own_files_the_agent_staged_or_committed_survive_the_reset(tmp_path):
+    """mini-swe-agent submits with `git add -A`: a reset --hard would remove staged new files."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    run_git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-qm", "init")
+    keep = git.keep_specs(repo, [repo / "run.jsonl"], [repo / "run.jsonl.attempt-"])
+    start = git.snapshot(repo, keep)
+    ours = {"run.jsonl.attempt-1": "t1\n", "run.jsonl.attempt-1.restart.json": "{}\n"}
+    for name, text in ours.items():
+        (repo / name).write_text(text)
+    (repo / "a.py").write_text("x = 2\n")
+    run_git(repo, "add", "-A")  # the agent's submit stages everything, ours too
+    run_git(repo, "commit", "-qm", "agent")
+    git.restore(repo, start, keep, [repo / n for n in ours])
+    assert (repo / "a.py").read_text() == "x = 1\n"
+    for name, text in ours.items():
+        assert (repo / name).read_text() == text

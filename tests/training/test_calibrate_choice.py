@@ -101,7 +101,13 @@ def test_the_check_reports_what_the_checked_bundle_serves(
     served = json.loads((out / "candidates.json").read_text())["chosen"]["my-agent"]
     sel = report["calibrated_baselines"]["selected"]["choice"]["my-agent"]["chosen"]
     assert sel == served["by_target"]["0.1"] or (sel == "monitor")
-    assert "calibrated baselines: the thresholds the bundle ships" in json.dumps(report)
+    assert "re-made on the calibration runs, as `failfast calibrate` ships them" in json.dumps(
+        report
+    )
+    rec = json.loads((out / "monitor.json").read_text())["calibration"]
+    assert rec["data"]["check"]["served"]["scorer_per_group"]["my-agent"] == sel
+    assert rec["candidates"].startswith("per-group choice re-made")
+    assert "- served per group (my-agent: " in (out / "README.md").read_text()
 
 
 def test_a_group_recalibrated_from_probe_scores_alone_goes_back_to_the_probe() -> None:
@@ -128,3 +134,59 @@ def test_a_group_recalibrated_from_probe_scores_alone_goes_back_to_the_probe() -
     assert choice == {}
     assert "calibrated_by" not in new["chosen"]["g"]
     assert old["chosen"]["g"]["calibrated_by"] == "failfast calibrate"  # a copy was changed
+
+
+def _recs(group: str, n: int, *, candidate: bool) -> list:
+    from training.data.records import RunRecord
+
+    rng = np.random.default_rng(len(group))
+    out = []
+    for i in range(n):
+        bad = i % 3 == 0
+        steps = 12 if bad else 5
+        scores = {"monitor": rng.uniform(0.1, 0.9, steps)}
+        if candidate:
+            scores["step_limit"] = np.arange(1, steps + 1) / 20.0
+        out.append(
+            RunRecord(
+                run_id=f"{group}/{i}", instance_id=f"{group}-{i}", agent=group, source=group,
+                resolved=not bad, step_tokens=np.full(steps, 100, dtype=np.int64), scores=scores,
+            )
+        )  # fmt: skip
+    return out
+
+
+def test_groups_are_judged_one_by_one_and_replace_drops_the_others() -> None:
+    """A log-calibrated group (probe scores only) beside a transcript one: the latter still
+    gets its choice; --replace drops the choices of groups no longer in the table."""
+    from monitor.schedule import Schedule
+    from training.calibrate.candidates import recalibrate_candidates
+    from training.config import ThresholdConfig
+
+    old = {
+        "thresholds": {"step_limit": {"groups": {"old": {"n_resolved": 1, "warn": 0.5}}}},
+        "chosen": {
+            "old": {"scorer": "step_limit"},
+            "logged": {"scorer": "step_limit", "calibrated_by": "failfast calibrate"},
+        },
+    }
+    from monitor.thresholds import GroupThresholds, ThresholdTable
+
+    g = GroupThresholds(n_resolved=1, warn=0.5)
+    old["thresholds"]["step_limit"] = ThresholdTable(
+        mode="bound", confidence=0.95, method="conformal", schedule=Schedule(), targets=[0.1],
+        groups={"old": g}, pooled=g,
+    ).to_json()  # fmt: skip
+    recs = _recs("fresh", 90, candidate=True) + _recs("logged", 30, candidate=False)
+    cfg = ThresholdConfig(targets=[0.1], group_by="agent", method="conformal")
+    new, choice = recalibrate_candidates(old, recs, cfg, Schedule(), ["fresh", "logged"])
+    assert set(choice) == {"fresh"}
+    assert new["chosen"]["fresh"]["calibrated_by"] == "failfast calibrate"
+    assert "calibrated_by" not in new["chosen"]["logged"]
+    assert "fresh" in new["thresholds"]["step_limit"]["groups"]
+    assert "old" in new["chosen"]
+    replaced, _ = recalibrate_candidates(
+        old, recs, cfg, Schedule(), ["fresh", "logged"], replace=True
+    )
+    assert "old" not in replaced["chosen"]
+    assert "old" not in replaced["thresholds"]["step_limit"]["groups"]

@@ -86,38 +86,57 @@ def recalibrate_candidates(
     cfg: ThresholdConfig,
     schedule: Schedule,
     groups: Sequence[str],
+    *,
+    replace: bool = False,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """A copy of a bundle's candidates.json in which `groups` (those the LM probe's thresholds
     were recalibrated for) have every candidate's thresholds picked on `records` and the
-    per-group choice made on them; groups whose records carry no candidate score lose a choice
-    an earlier `failfast calibrate` made (the LM probe serves them). Returns (the new file, per
-    group the choice as select_per_group gives it)."""
+    per-group choice made on them. A group counts when all its records carry every candidate's
+    score (runs read from transcripts; a decision log holds the probe's alone): a group that
+    does not loses a choice an earlier `failfast calibrate` made (the LM probe serves it).
+    `replace` (calibrate --replace, which drops the bundle's other groups): the other groups'
+    choices and candidate thresholds go too. Returns (the new file, per group the choice as
+    select_per_group gives it)."""
     from training.evaluate.calibrated import calibrated_tables
     from training.evaluate.select import select_per_group
 
     out = copy.deepcopy(candidates)
-    others = [n for n in out.get("thresholds", {}) if n != MONITOR]
-    names = [n for n in [MONITOR, *others] if all(n in r.scores for r in records)]
-    mine = [r for r in records if str(getattr(r, cfg.group_by)) in set(groups)]
-    extra = [n for n in names if n != MONITOR]  # candidates besides the probe, scored
-    scored = {str(getattr(r, cfg.group_by)) for r in mine if extra and MONITOR in names}
+    tables = out.setdefault("thresholds", {})
     chosen = out.setdefault("chosen", {})
+    key = cfg.group_by
+    wanted = set(groups)
+    if replace:  # the monitor table holds `groups` alone now: so do the choice and its tables
+        for g in [g for g in chosen if g not in wanted]:
+            del chosen[g]
+        for t in tables.values():
+            t["groups"] = {g: v for g, v in (t.get("groups") or {}).items() if g in wanted}
+    by_group: dict[str, list[RunRecord]] = {}
+    for r in records:
+        if str(getattr(r, key)) in wanted:
+            by_group.setdefault(str(getattr(r, key)), []).append(r)
+    extra = [n for n in tables if n != MONITOR and any(n in r.scores for r in records)]
+    scored = {
+        g
+        for g, rs in by_group.items()
+        if extra and all(MONITOR in r.scores and all(n in r.scores for n in extra) for r in rs)
+    }
     for g in groups:  # a group now scored by the LM probe's new thresholds alone
         if g not in scored and isinstance(chosen.get(g), dict):
             chosen[g].pop("calibrated_by", None)
     if not scored:
         return out, {}
-    mine = [r for r in mine if str(getattr(r, cfg.group_by)) in scored]
+    mine = [r for g in sorted(scored) for r in by_group[g]]
+    names = [MONITOR, *extra]
     fitted = calibrated_tables(mine, names, cfg, schedule)
     for n, table in fitted.items():
-        if n not in out["thresholds"]:  # the LM probe's own table is the bundle's monitor.json
+        if n not in tables:  # the LM probe's own table is the bundle's monitor.json
             continue
-        old = ThresholdTable.model_validate(out["thresholds"][n])
+        old = ThresholdTable.model_validate(tables[n])
         for g in scored:
             if g in table.groups:
                 old.groups[g] = table.groups[g]
         old.targets = sorted(set(old.targets) | set(table.targets))
-        out["thresholds"][n] = old.to_json()
+        tables[n] = old.to_json()
     choice = select_per_group(mine, names, cfg, schedule, targets=list(cfg.targets))
     for g, c in choice.items():
         chosen[g] = {

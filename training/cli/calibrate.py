@@ -266,37 +266,45 @@ def _threshold_config(args: argparse.Namespace, bundle: Any) -> Any:
 
 
 def served_choice(
-    bundle: Any, records: list[Any], cfg: Any, schedule: Any, groups: list[str], served: float
-) -> dict[str, Any] | None:
+    bundle: Any,
+    records: list[Any],
+    cfg: Any,
+    table: Any,
+    groups: list[str],
+    served: float,
+    *,
+    replace: bool = False,
+) -> tuple[dict[str, Any] | None, bool]:
     """The bundle's candidates.json with the per-group choice re-made for `groups` on `records`
-    (None: the bundle has none), and what each group will be served with, printed."""
+    (None: the bundle has none), whether any choice was made, and what each group will be
+    served with at `served`, printed (as serving.choice decides it with the new `table`)."""
+    from serving.choice import Choice
     from training.calibrate.candidates import bundle_candidates, recalibrate_candidates
 
     old = bundle_candidates(bundle)
     if old is None:
-        return None
-    new, choice = recalibrate_candidates(old, records, cfg, schedule, groups)
+        return None, False
+    new, choice = recalibrate_candidates(old, records, cfg, table.schedule, groups, replace=replace)
+    serving = Choice.from_json(new, table)
     key = f"{served:g}"
     for g in groups:
+        th = serving.served(g, served, table.lookup(g, served))
         c = choice.get(g)
         if c is None:
-            print(f"served for {visible(g)}: the LM probe (no candidate scores in its runs)")
+            print(
+                f"served for {visible(g)} at {key}: {th.scorer} (no candidate scores in its runs)"
+            )
             continue
-        name = c.get("chosen_by_target", {}).get(key) or c["chosen"] or "monitor"
         saved = c.get("held_out_by_target", {}).get(key)
         also = ", ".join(
             f"{n} {100 * v:.1f}%" for n, v in sorted(c["mean_saved"].items(), key=lambda x: -x[1])
         )
+        held = f"{100 * saved:.1f}% of tokens saved on held-out runs; " if saved is not None else ""
         print(
-            f"served for {visible(g)} at {key}: {name}"
-            + (
-                f" ({100 * saved:.1f}% of tokens saved on held-out runs"
-                if saved is not None
-                else " ("
-            )
-            + f"; mean over the targets: {also or 'none qualified'})"
+            f"served for {visible(g)} at {key}: {th.scorer} ({held}mean over the targets: "
+            f"{also or 'none qualified'})"
         )
-    return new
+    return new, bool(choice)
 
 
 def _write(
@@ -348,8 +356,10 @@ def _write(
     record = calibration_record(
         result, cfg, data=data, served_target=served, bundle=bundle, command=command
     )
-    cands = served_choice(bundle, records, cfg, schedule, list(result.groups), served)
-    if cands is not None:
+    cands, remade = served_choice(
+        bundle, records, cfg, table, list(result.groups), served, replace=args.replace
+    )
+    if remade:
         record["candidates"] = (
             "per-group choice re-made on these runs (training.calibrate.candidates)"
         )

@@ -123,7 +123,12 @@ def _calibrated_baselines(
             return {}, {}
         from training.evaluate.shipped import from_bundle
 
-        notes.append("calibrated baselines: the thresholds the bundle ships (candidates.json)")
+        notes.append(
+            "calibrated baselines and the served choice: re-made on the calibration runs, as "
+            "`failfast calibrate` ships them (candidates.json)"
+            if calibration
+            else "calibrated baselines: the thresholds the bundle ships (candidates.json)"
+        )
         cal_stops, cal_info = from_bundle(
             records, candidates, thresholds, target=cfg.target_fpr, monitor=monitor
         )

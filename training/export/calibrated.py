@@ -123,6 +123,16 @@ def _card_section(record: dict[str, Any]) -> str:
             f"at {check['target_fpr']:g}: realized FPR {_pct(check['realized_fpr'])}, tokens saved "
             f"{_pct(check['token_savings'])}; this bundle is {check['bundle']}"
         )
+        served = check.get("served")
+        if served:
+            names = ", ".join(
+                f"{md(g)}: {md(str(c))}" for g, c in served["scorer_per_group"].items()
+            )
+            lines.append(
+                f"- served per group ({names}), on the same held-out runs: realized FPR "
+                f"{_pct(served['realized_fpr'])}, tokens saved {_pct(served['token_savings'])} "
+                "(the LM probe's line above is the probe alone)"
+            )
     return "\n".join(lines) + "\n"
 
 

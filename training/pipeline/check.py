@@ -83,6 +83,23 @@ class CheckResult:
             "recall": m["recall"],
             "token_savings": m["token_savings"],
             "auroc": auroc,
+            **self._served(),
+        }
+
+    def _served(self) -> dict[str, Any]:
+        """What the checked bundle serves, where the per-group choice serves other candidates
+        than the LM probe (the report's "served" row): its realized FPR and savings too."""
+        sel = (self.report.get("calibrated_baselines") or {}).get("selected")
+        if not sel:
+            return {}
+        chosen = {g: c.get("chosen") for g, c in (sel.get("choice") or {}).items()}
+        return {
+            "served": {
+                "scorer_per_group": chosen,
+                "realized_fpr": sel["realized_fpr"],
+                "recall": sel["recall"],
+                "token_savings": sel["token_savings"],
+            }
         }
 
 
@@ -116,7 +133,7 @@ def check_calibration(
         from training.calibrate.candidates import recalibrate_candidates
 
         served, choice = recalibrate_candidates(
-            candidates, calib, cfg, schedule, list(result.groups)
+            candidates, calib, cfg, schedule, list(result.groups), replace=replace
         )
         served = served if choice else None  # no candidate scores: as before
     inputs = EvalInputs(
