@@ -1,11 +1,11 @@
 """`failfast calibrate` on an agent the bundle never trained on: the LM probe alone against the
-per-group choice calibrate now re-makes (training.calibrate.candidates), on held-out runs.
+per-group choice calibrate now re-makes (training.evaluate.recalibrate_choice), on held-out runs.
 
 The agent's labelled runs are scored once with the bundle: the LM probe and every candidate the
 bundle serves, as served for the agent's group (or read from --records). Then --splits times,
 the runs are halved at random by instance; on the calibration half `failfast calibrate`'s steps
 run (the LM probe's thresholds by training.calibrate.recalibrate, every candidate's thresholds
-and the choice by training.calibrate.candidates), and the held-out half is served both ways:
+and the choice by training.evaluate.recalibrate_choice), and the held-out half is served both ways:
 
 - probe: the LM probe at its recalibrated threshold (what calibrate served before);
 - served: the candidate the re-made choice serves for the group (serving.choice.Choice.served),
@@ -35,15 +35,15 @@ sys.path.insert(0, str(ROOT))
 
 from monitor.policy import PolicyConfig  # noqa: E402
 from serving.choice import Choice  # noqa: E402
-from training.calibrate.candidates import (  # noqa: E402
-    add_candidate_scores,
-    bundle_candidates,
-    recalibrate_candidates,
-)
 from training.calibrate.recalibrate import recalibrate, score_runs  # noqa: E402
 from training.config import ThresholdConfig  # noqa: E402
 from training.data.records import load_records, save_records  # noqa: E402
 from training.evaluate.intervals import Outcome  # noqa: E402
+from training.evaluate.recalibrate_choice import (  # noqa: E402
+    add_candidate_scores,
+    bundle_candidates,
+    recalibrate_candidates,
+)
 
 
 def _records(args: argparse.Namespace, scorer) -> list:  # type: ignore[no-untyped-def]

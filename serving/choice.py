@@ -14,7 +14,7 @@ The LM probe is served where:
   decision logs, which hold the LM probe's scores only): its candidates' thresholds are the
   training run's, the monitor's are new, so the comparison behind the choice no longer holds.
   Where `failfast calibrate` scored and calibrated every candidate on the group's runs and made
-  the choice on them (training.calibrate.candidates), the entry says `calibrated_by` and is
+  the choice on them (training.evaluate.recalibrate_choice), the entry says `calibrated_by` and is
   served like a choice `failfast train` made;
 - the chosen candidate has no threshold for the served target (refused), or cannot be scored
   (its parameters are missing).

@@ -114,9 +114,9 @@ def test_a_group_recalibrated_from_probe_scores_alone_goes_back_to_the_probe() -
     """Decision logs hold the LM probe's scores only: the choice an earlier calibrate made for
     the group no longer stands beside its new probe thresholds."""
     from monitor.schedule import Schedule
-    from training.calibrate.candidates import recalibrate_candidates
     from training.config import ThresholdConfig
     from training.data.records import RunRecord
+    from training.evaluate.recalibrate_choice import recalibrate_candidates
 
     old = {
         "thresholds": {"step_limit": {}},
@@ -160,8 +160,8 @@ def test_groups_are_judged_one_by_one_and_replace_drops_the_others() -> None:
     """A log-calibrated group (probe scores only) beside a transcript one: the latter still
     gets its choice; --replace drops the choices of groups no longer in the table."""
     from monitor.schedule import Schedule
-    from training.calibrate.candidates import recalibrate_candidates
     from training.config import ThresholdConfig
+    from training.evaluate.recalibrate_choice import recalibrate_candidates
 
     old = {
         "thresholds": {"step_limit": {"groups": {"old": {"n_resolved": 1, "warn": 0.5}}}},

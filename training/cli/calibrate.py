@@ -177,8 +177,8 @@ def _check(
     from pathlib import Path
 
     from monitor.policy import PolicyConfig
-    from training.calibrate.candidates import bundle_candidates
     from training.evaluate.inputs import write_report
+    from training.evaluate.recalibrate_choice import bundle_candidates
     from training.evaluate.summary import plain_summary
     from training.pipeline.check import check_calibration, split_for_check
 
@@ -279,7 +279,7 @@ def served_choice(
     (None: the bundle has none), whether any choice was made, and what each group will be
     served with at `served`, printed (as serving.choice decides it with the new `table`)."""
     from serving.choice import Choice
-    from training.calibrate.candidates import bundle_candidates, recalibrate_candidates
+    from training.evaluate.recalibrate_choice import bundle_candidates, recalibrate_candidates
 
     old = bundle_candidates(bundle)
     if old is None:
@@ -361,7 +361,7 @@ def _write(
     )
     if remade:
         record["candidates"] = (
-            "per-group choice re-made on these runs (training.calibrate.candidates)"
+            "per-group choice re-made on these runs (training.evaluate.recalibrate_choice)"
         )
     try:
         out = write_calibrated_bundle(

@@ -19,10 +19,10 @@ def calibration_records(
 ) -> tuple[list[Any], dict[str, Any], list[Any]]:
     """The calibration records of --data (runs scored now, decision logs as logged), and the
     labelled runs read from files (the --check's rule baselines read them)."""
-    from training.calibrate.candidates import add_candidate_scores
     from training.calibrate.recalibrate import score_runs
     from training.data.decisions import is_decision_log, runs_from_logs
     from training.data.runs import labelled_runs, load_runs
+    from training.evaluate.recalibrate_choice import add_candidate_scores
 
     logs = [p for p in args.data if is_decision_log(p)]
     raw = [p for p in args.data if p not in logs]
@@ -53,7 +53,7 @@ def calibration_records(
         for rec in scored:  # ... or, keyed by source, only the group: the scores stay the
             rec.source = args.agent or rec.source  # transcript's, as `score --source` sees them
         # every candidate the bundle serves, as served for the run's group: calibrate makes the
-        # per-group choice on them (training.calibrate.candidates), and the check reports them
+        # per-group choice on them (training.evaluate.recalibrate_choice), and the check reports them
         names = add_candidate_scores(scorer, lab.runs, scored, group_by)
         if names:
             print(f"candidates scored as served: {', '.join(names)}")

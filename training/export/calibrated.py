@@ -29,7 +29,7 @@ def write_calibrated_bundle(
 ) -> Path:
     """Copy the loaded `bundle` (serving.bundle.Bundle) to `out` with `table` as its thresholds,
     `target` as the served default and `record` as its `calibration`, and `candidates` as its
-    candidates.json when given (the per-group choice re-made, training.calibrate.candidates);
+    candidates.json when given (the per-group choice re-made, training.evaluate.recalibrate_choice);
     the model card gets a section saying so. monitor.json is written last, and the copy is
     loaded back (hashes checked).
 

@@ -120,7 +120,7 @@ def check_calibration(
     calibration part's instances; LoopBrake is calibrated on the calibration part.
     `candidates`: the bundle's candidates.json; where the records carry the candidates'
     scores, the per-group choice is re-made on `calib` as `failfast calibrate` makes it
-    (training.calibrate.candidates), and the held-out runs are served by it.
+    (training.evaluate.recalibrate_choice), and the held-out runs are served by it.
 
     Raises:
         ValueError: from `recalibrate` (no records, mismatched grouping).
@@ -130,7 +130,7 @@ def check_calibration(
     result = recalibrate(old, calib, cfg, schedule=schedule, replace=replace)
     served = None
     if candidates is not None:
-        from training.calibrate.candidates import recalibrate_candidates
+        from training.evaluate.recalibrate_choice import recalibrate_candidates
 
         served, choice = recalibrate_candidates(
             candidates, calib, cfg, schedule, list(result.groups), replace=replace

@@ -1,4 +1,4 @@
-"""`failfast calibrate` for the per-group choice: the groups it calibrates are served by the
+"""`failfast calibrate` and the per-group choice: the groups it calibrates are served by the
 candidate that saves the most tokens on their held-out runs, as `failfast train` chooses.
 
 Before, a group `failfast calibrate` touched was always served by the LM probe (its candidates'
