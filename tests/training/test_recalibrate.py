@@ -392,7 +392,7 @@ def test_bench_calibrate_protocol_on_synthetic_records() -> None:
 
 
 def test_calibrate_check_splits_by_instance_and_evaluates_the_held_out_part(
-    bundle, tmp_path, capsys
+    bundle, tmp_path, capsys, caplog
 ) -> None:
     from monitor.corpus import write_corpus
     from serving.bundle import load_bundle
@@ -447,6 +447,9 @@ def test_calibrate_check_splits_by_instance_and_evaluates_the_held_out_part(
     assert main([*ev, "--group", "my-agent", "--json", str(tmp_path / "ev.json")]) == 0
     got = json.loads((tmp_path / "ev.json").read_text())
     assert got["threshold"]["my-agent"]["from"] == "agent"
+    caplog.clear()
     assert main([*ev, "--group", "nobody", "--json", str(tmp_path / "ev2.json")]) == 0
     # this table's fallback is pooled: an unknown group gets the pooled threshold, and says so
     assert "group nobody: stop threshold 0.700 (pooled-unknown-agent)" in capsys.readouterr().out
+    said = [r for r in caplog.records if "has no calibrated thresholds" in r.getMessage()]
+    assert len(said) == 1  # once, not once per lookup (the summary's, the candidates')

@@ -13,8 +13,10 @@ runs longer than k, so a run's own length cannot leak in as it does at a fractio
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,11 +80,26 @@ def calibrated_stops(
     from training.evaluate.stops import score_stops
 
     out = {}
-    for name, table in tables.items():
-        have = [r for r in records if name in r.scores]
-        if len(have) == len(records):
-            out[name] = score_stops(records, table, target=target, scorer=name)
+    with quiet_lookups():  # `used` says where each group's threshold came from
+        for name, table in tables.items():
+            have = [r for r in records if name in r.scores]
+            if len(have) == len(records):
+                out[name] = score_stops(records, table, target=target, scorer=name)
     return out
+
+
+@contextlib.contextmanager
+def quiet_lookups() -> Iterator[None]:
+    """ThresholdTable.lookup's warning about a group it lacks, silenced: the candidates' tables
+    repeat the monitor's (said once where the monitor's table is looked up), and the report
+    records each group's threshold origin."""
+    log = logging.getLogger("monitor.thresholds")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def refused_groups(used: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -16,6 +16,7 @@ from training.evaluate.calibrated import (
     add_length_scores,
     calibrated_stops,
     calibrated_tables,
+    quiet_lookups,
     refused_groups,
 )
 from training.evaluate.select import STACK, oof_stack, select_per_group, stack_bases
@@ -205,7 +206,8 @@ def from_bundle(
     used_sel: dict[str, dict[str, Any]] = {}
     for r in recs:
         g = str(getattr(r, table.group_by))
-        th = choice.served(g, target, table.lookup(g, target), scorable=set(stops))
+        with quiet_lookups():  # the monitor's own lookup (score_stops) said it once
+            th = choice.served(g, target, table.lookup(g, target), scorable=set(stops))
         name = th.scorer if th.scorer in stops else MONITOR
         sel[r.run_id] = (stops[name] if name != MONITOR else mon)[r.run_id]
         src: dict[str, Any] = info[name]["threshold"] if name != MONITOR else mon_used

@@ -13,6 +13,7 @@ from typing import Any
 
 from monitor.thresholds import ThresholdTable
 from training.data.records import RunRecord, group_records
+from training.evaluate.calibrated import quiet_lookups
 from training.evaluate.stops import score_stops
 
 NEAR_CHANCE = 0.6
@@ -110,7 +111,8 @@ def plain_summary(
     """The report in plain words (see the module docstring); ends with a newline."""
     target = float(result["target_fpr"])
     recs = [r for r in records if scorer in r.scores]
-    stops, _ = score_stops(recs, thresholds, target=target, scorer=scorer)
+    with quiet_lookups():  # the report's own lookup said it once
+        stops, _ = score_stops(recs, thresholds, target=target, scorer=scorer)
     baselines = [b for b in ("tfidf_lr", "signals_lr") if b in (result.get("auroc") or {})]
     out = [f"What the monitor would have done on these {len(recs)} runs (target FPR {target:g}):"]
     by_source = group_records(recs, "source")
