@@ -97,6 +97,7 @@ def test_the_check_reports_what_the_checked_bundle_serves(
     argv += ["--out", str(out), "--method", "conformal", "--no-progress", "--target-fpr", "0.1"]
     argv += ["--serve-target", "0.1", "--check", "0.5"]
     assert main(argv) == 0
+    printed = capsys.readouterr().out
     report = json.loads((tmp_path / "b3.check" / "report.json").read_text())
     served = json.loads((out / "candidates.json").read_text())["chosen"]["my-agent"]
     sel = report["calibrated_baselines"]["selected"]["choice"]["my-agent"]["chosen"]
@@ -108,6 +109,9 @@ def test_the_check_reports_what_the_checked_bundle_serves(
     assert rec["data"]["check"]["served"]["scorer_per_group"]["my-agent"] == sel
     assert rec["candidates"].startswith("per-group choice re-made")
     assert "- served per group (my-agent: " in (out / "README.md").read_text()
+    assert sel != "monitor"  # long failing runs: a length-aware candidate wins here
+    # the plain summary says what is served, beside the probe alone
+    assert f"served as the bundle serves it (the per-group choice: my-agent: {sel}" in printed
 
 
 def test_a_group_recalibrated_from_probe_scores_alone_goes_back_to_the_probe() -> None:

@@ -101,6 +101,24 @@ def _scope(
     return lines
 
 
+def _served(result: Mapping[str, Any], target: float) -> list[str]:
+    """A line on what the bundle serves where its per-group choice is another candidate than
+    the LM probe (the lines above are the probe alone)."""
+    sel = (result.get("calibrated_baselines") or {}).get("selected")
+    choice = (sel or {}).get("choice") or {}
+    other = {
+        g: c.get("chosen") for g, c in choice.items() if c.get("chosen") not in (None, "monitor")
+    }
+    if not sel or not other:
+        return []
+    names = ", ".join(f"{g}: {c}" for g, c in sorted(other.items()))
+    return [
+        f"served as the bundle serves it (the per-group choice: {names}; the lines above are "
+        f"the LM probe alone): at the {target:g} target realized FPR {_pct(sel['realized_fpr'])}, "
+        f"recall {_pct(sel['recall'])}, saved {_pct(sel['token_savings'])} of all tokens"
+    ]
+
+
 def plain_summary(
     result: Mapping[str, Any],
     records: Sequence[RunRecord],
@@ -120,6 +138,7 @@ def plain_summary(
         for s, rs in sorted(by_source.items()):
             out += _scope(s, result["per_source"][s], rs, stops, target, scorer, baselines)
     out += _scope("overall", result, recs, stops, target, scorer, baselines)
+    out += _served(result, target)
     per_instance: dict[str, int] = {}
     for r in recs:
         per_instance[r.instance_id] = per_instance.get(r.instance_id, 0) + 1
