@@ -41,7 +41,6 @@ from training.data.records import load_records, save_records  # noqa: E402
 from training.evaluate.intervals import Outcome  # noqa: E402
 from training.evaluate.recalibrate_choice import (  # noqa: E402
     add_candidate_scores,
-    bundle_candidates,
     recalibrate_candidates,
 )
 
@@ -82,7 +81,7 @@ def main() -> int:
     scorer = Scorer.load(args.bundle)
     bundle = scorer.bundle
     old = bundle.thresholds
-    cands = bundle_candidates(bundle)
+    cands = bundle.candidates()
     if old is None or cands is None:
         print("the bundle needs thresholds and candidates.json", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ names, thresholds, policy, versions) and the sha256 of every other file in the b
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import Sequence
@@ -131,6 +132,23 @@ class Bundle:
             raise BundleError(f"{p}: not listed in monitor.json, so not verified; re-export")
         return p
 
+    def candidates(self) -> dict[str, Any] | None:
+        """candidates.json as JSON, None when monitor.json does not list (hash) it: what
+        `choice` serves from, for the tools that rewrite it (`failfast calibrate`,
+        `failfast known-tasks`).
+
+        Raises:
+            BundleError: the listed file is unreadable or not JSON.
+        """
+        if CANDIDATES not in self.manifest.files:
+            return None
+        p = self.path / CANDIDATES
+        try:
+            data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise BundleError(f"{p}: not a readable candidates file: {e}") from e
+        return data
+
     def choice(self) -> Any:
         """candidates.json as a serving.choice.Choice, None when the bundle has none; a file
         not listed (hashed) in monitor.json is never read (warned once, the LM probe serves).
@@ -141,11 +159,15 @@ class Bundle:
         from serving.choice import Choice
 
         p = self.path / CANDIDATES
-        if CANDIDATES not in self.manifest.files:
+        data = self.candidates()
+        if data is None:
             if p.is_file():
                 log.warning("%s: not listed in monitor.json, so not verified; ignored", p)
             return None
-        choice = Choice.load(p, self.thresholds)
+        try:
+            choice = Choice.from_json(data, self.thresholds)
+        except (ValueError, KeyError, TypeError) as e:
+            raise BundleError(f"{p}: not a readable candidates file: {e}") from e
         choice.text_probe = bool(self.manifest.classifier.get("text_probe"))
         if choice.known is not None:  # the known-task choice scores with the same graphs
             choice.known.text_probe = choice.text_probe

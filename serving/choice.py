@@ -29,17 +29,14 @@ group was re-calibrated, the run is served as an unknown task is.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monitor.errors import BundleError
 from monitor.thresholds import Thresholds, ThresholdTable, target_key
 from serving.candidate_run import MONITOR, MONITOR_TEXT, CandidateRun
 from serving.candidates import (
@@ -109,18 +106,6 @@ class Choice:
             return None
         t = self.task_prior
         return t.prior(instance_id, t.family(agent, group))
-
-    @classmethod
-    def load(cls, path: Path, monitor_table: ThresholdTable | None) -> Choice:
-        """Read a bundle's candidates.json.
-
-        Raises:
-            BundleError: the file is unreadable or not a candidates file.
-        """
-        try:
-            return cls.from_json(json.loads(path.read_text(encoding="utf-8")), monitor_table)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BundleError(f"{path}: not a readable candidates file: {e}") from e
 
     def servable(self, name: str) -> bool:
         """Whether this bundle can score candidate `name` without torch."""

@@ -178,7 +178,6 @@ def _check(
 
     from monitor.policy import PolicyConfig
     from training.evaluate.inputs import write_report
-    from training.evaluate.recalibrate_choice import bundle_candidates
     from training.evaluate.summary import plain_summary
     from training.pipeline.check import check_calibration, split_for_check
 
@@ -200,7 +199,7 @@ def _check(
         target=served,
         replace=args.replace,
         runs=runs,
-        candidates=bundle_candidates(bundle),
+        candidates=bundle.candidates(),
     )
     where = Path(f"{Path(args.out)}.check")
     table = write_report(
@@ -279,9 +278,9 @@ def served_choice(
     (None: the bundle has none), whether any choice was made, and what each group will be
     served with at `served`, printed (as serving.choice decides it with the new `table`)."""
     from serving.choice import Choice
-    from training.evaluate.recalibrate_choice import bundle_candidates, recalibrate_candidates
+    from training.evaluate.recalibrate_choice import recalibrate_candidates
 
-    old = bundle_candidates(bundle)
+    old = bundle.candidates()
     if old is None:
         return None, False
     new, choice = recalibrate_candidates(old, records, cfg, table.schedule, groups, replace=replace)

@@ -67,19 +67,6 @@ def add_candidate_scores(
     return [n for n in names if all(n in r.scores for r in records)]
 
 
-def bundle_candidates(bundle: Any) -> dict[str, Any] | None:
-    """A loaded bundle's candidates.json as JSON (None: it has none, or does not list it, so
-    serving would not read it either)."""
-    import json
-
-    from serving.bundle import CANDIDATES
-
-    if CANDIDATES not in bundle.manifest.files:
-        return None
-    data: dict[str, Any] = json.loads((bundle.path / CANDIDATES).read_text(encoding="utf-8"))
-    return data
-
-
 def recalibrate_candidates(
     candidates: dict[str, Any],
     records: Sequence[RunRecord],

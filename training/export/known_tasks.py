@@ -17,7 +17,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from monitor.atomic import atomic_dir
 from monitor.errors import BundleError
@@ -74,11 +73,9 @@ class Added:
 
 def table_agents(bundle: str | Path) -> set[str]:
     """The agent families a bundle's table of known tasks counts (empty without a table)."""
-    from serving.bundle import CANDIDATES, load_bundle
+    from serving.bundle import load_bundle
 
-    src = Path(bundle)
-    load_bundle(src)
-    cands = json.loads((src / CANDIDATES).read_text(encoding="utf-8"))
+    cands = load_bundle(Path(bundle)).candidates() or {}
     if not (cands.get("known_tasks") or {}).get("prior"):
         return set()
     table = TaskPrior.from_json(cands["known_tasks"]["prior"])
@@ -101,9 +98,9 @@ def add_verdicts(bundle: str | Path, out: str | Path, runs: Sequence[Trajectory]
     src, dst = Path(bundle), Path(out)
     b = load_bundle(src)
     cands_path = src / CANDIDATES
-    if CANDIDATES not in b.manifest.files:
+    cands = b.candidates()
+    if cands is None:
         raise BundleError(f"{src}: no candidates.json listed in monitor.json")
-    cands: dict[str, Any] = json.loads(cands_path.read_text(encoding="utf-8"))
     if not cands.get("known_tasks"):
         why = cands.get("known_tasks_refused") or "trained without train.task_prior_min_runs"
         raise BundleError(f"{cands_path}: no known-task table to add to ({why})")
