@@ -85,7 +85,7 @@ def recalibrate_candidates(
     choices and candidate thresholds go too. Returns (the new file, per group the choice as
     select_per_group gives it)."""
     from training.evaluate.calibrated import calibrated_tables
-    from training.evaluate.select import select_per_group
+    from training.evaluate.select import chosen_entry, select_per_group
 
     out = copy.deepcopy(candidates)
     tables = out.setdefault("thresholds", {})
@@ -126,12 +126,5 @@ def recalibrate_candidates(
         tables[n] = old.to_json()
     choice = select_per_group(mine, names, cfg, schedule, targets=list(cfg.targets))
     for g, c in choice.items():
-        chosen[g] = {
-            "scorer": c["chosen"] or MONITOR,
-            "by_target": c.get("chosen_by_target", {}),
-            "no_evidence": c.get("no_evidence", []),
-            "held_out_saved": c["mean_saved"],
-            "held_out_by_target": c.get("held_out_by_target", {}),
-            "calibrated_by": CALIBRATED_BY,
-        }
+        chosen[g] = {**chosen_entry(c), "calibrated_by": CALIBRATED_BY}
     return out, choice

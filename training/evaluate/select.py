@@ -17,7 +17,7 @@ never looked at.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -90,6 +90,19 @@ def oof_stack(
             out[i] = with_score(calibration[i], STACK, model.scores(calibration[i]))
     bag = StackBagModel(list(members))  # list(): a list[Stack] (lists are invariant)
     return [r for r in out if r is not None], bag
+
+
+def chosen_entry(c: Mapping[str, Any]) -> dict[str, Any]:
+    """A group's entry in candidates.json (`chosen.<group>`) from its `select_per_group` result:
+    the choice over all targets, per target, the targets without evidence and the held-out
+    savings behind it (serving.choice reads it)."""
+    return {
+        "scorer": c["chosen"] or "monitor",
+        "by_target": c.get("chosen_by_target", {}),
+        "no_evidence": c.get("no_evidence", []),
+        "held_out_saved": c["mean_saved"],
+        "held_out_by_target": c.get("held_out_by_target", {}),
+    }
 
 
 def select_per_group(

@@ -19,7 +19,13 @@ from training.evaluate.calibrated import (
     quiet_lookups,
     refused_groups,
 )
-from training.evaluate.select import STACK, oof_stack, select_per_group, stack_bases
+from training.evaluate.select import (
+    STACK,
+    chosen_entry,
+    oof_stack,
+    select_per_group,
+    stack_bases,
+)
 
 
 def table_config(table: Any) -> ThresholdConfig:
@@ -147,16 +153,7 @@ def shipped_candidates(
     tables = calibrated_tables(cal, names, tcfg, sched)
     out["thresholds"] = {n: t.to_json() for n, t in tables.items()}
     choice = select_per_group(cal, names, tcfg, sched, targets=list(tcfg.targets))
-    out["chosen"] = {
-        g: {
-            "scorer": c["chosen"] or "monitor",
-            "by_target": c.get("chosen_by_target", {}),
-            "no_evidence": c.get("no_evidence", []),
-            "held_out_saved": c["mean_saved"],
-            "held_out_by_target": c.get("held_out_by_target", {}),
-        }
-        for g, c in choice.items()
-    }
+    out["chosen"] = {g: chosen_entry(c) for g, c in choice.items()}
     out["why"] = (
         "per group and target, the candidate saving the most tokens on calibration runs held out "
         "of its thresholds (a simpler one within 0.5 points wins); at a target where none stopped "
