@@ -6,6 +6,7 @@ from pathlib import Path
 
 from serving.supervise import git
 from tests.git_helpers import git as run_git
+from tests.git_helpers import git_repo
 
 
 def test_snapshot_diff_and_restore(tmp_path):
@@ -113,12 +114,7 @@ def test_kept_names_with_glob_characters_match_only_themselves(tmp_path):
 
 def test_own_files_the_agent_staged_or_committed_survive_the_reset(tmp_path):
     """mini-swe-agent submits with `git add -A`: a reset --hard would remove staged new files."""
-    repo = tmp_path / "r"
-    repo.mkdir()
-    run_git(repo, "init", "-q")
-    (repo / "a.py").write_text("x = 1\n")
-    run_git(repo, "add", ".")
-    run_git(repo, "commit", "-qm", "init")
+    repo = git_repo(tmp_path / "r")
     keep = git.keep_specs(repo, [repo / "run.jsonl"], [repo / "run.jsonl.attempt-"])
     start = git.snapshot(repo, keep)
     ours = {"run.jsonl.attempt-1": "t1\n", "run.jsonl.attempt-1.restart.json": "{}\n"}
