@@ -48,6 +48,8 @@ class ScoreSession(Protocol):
     """Where the stop threshold came from (monitor.thresholds.Thresholds.origin)."""
     scorer_name: str
     """The candidate that scores the run ("monitor": the LM probe; serving.choice)."""
+    known_task: bool
+    """The run is served by the bundle's known-task choice (serving.task_prior)."""
 
     def observe(self, step: Step) -> float:
         """Add one step; return P(unresolved | prefix so far)."""

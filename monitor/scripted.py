@@ -24,6 +24,7 @@ class ScriptedSession:
         self.warn_threshold = warn_threshold
         self.threshold_origin = "scripted"
         self.scorer_name = "monitor"  # it stands in for the LM probe
+        self.known_task = False
         self.fail_at = fail_at
         self.k = 0
 

@@ -367,7 +367,7 @@ class Session:
     @property
     def known_task(self) -> bool:
         """The bundle serves this run by its known-task choice (serving.task_prior)."""
-        return getattr(self.scorer, "task_prior", None) is not None
+        return self.scorer is not None and self.scorer.known_task
 
     def verdict(
         self, resolved: bool, *, finished: bool | None = None, key_name: str | None = None

@@ -50,6 +50,8 @@ class KVScoreSession:
         """The candidate this run is scored with ("monitor": the LM probe; serving.choice)."""
         self.task_prior = th.task_prior
         """The task prior the run is scored with (None: served as an unknown task)."""
+        self.known_task = th.task_prior is not None
+        """Served by the bundle's known-task choice (monitor.protocols.ScoreSession)."""
         self.k = 0
         self.tokens_encoded = 0
         self.restarts = 0
