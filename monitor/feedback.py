@@ -1,13 +1,11 @@
-"""Verdict feedback: the realized run-level FPR of a live monitor per threshold group, and drift.
+"""Verdict feedback: `Feedback` takes each run's verdict, decides whether it counts, logs it.
 
 A harness reports each finished run's verdict (`Session.verdict`, or over HTTP
-`POST /v1/sessions/{id}/verdict`). For every threshold group (the agents of the bundle's
-thresholds, everything else under "other") a `monitor.drift.FprWatch` at the served target counts
-resolved runs and, of those, runs the monitor asked to stop (a "stop" decision at any step, any
-reason); its anytime-valid interval flags drift once its lower end passes the target, with one
-WARNING line on the `failfast.drift` logger. A run the bundle served by its known-task choice
-(serving.task_prior: thresholds calibrated on known-task runs alone) also counts in a second
-watch of its group, `known_tasks`, so drift on that path is seen apart from the rest.
+`POST /v1/sessions/{id}/verdict`). A counted verdict goes to its threshold group's realized-FPR
+watch (monitor.fpr_watches: resolved runs and, of those, runs the monitor asked to stop, with an
+anytime-valid interval; a run served by the known-task choice also counts in the group's
+`known_tasks` watch). When a watch's interval first lies above the target, one WARNING line on
+the `failfast.drift` logger says so. Closed runs are remembered so that a verdict may come later.
 
 Which verdicts count (docs/USAGE.md, "Verdict feedback"): only a run that went on to its own
 end says whether a stop was a false positive. A run stopped at step k that received no step after
@@ -21,10 +19,9 @@ would leave out exactly the stopped ones and bias the realized FPR towards 0.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +29,12 @@ from typing import Any
 from monitor.decision_log import DecisionLog
 from monitor.drift import FprWatch
 from monitor.errors import VerdictError
-from monitor.escape import prom_label
+from monitor.fpr_watches import FprWatches
 from monitor.protocols import Scorer
-from monitor.thresholds import DEFAULT_TARGET, group_name
+from monitor.thresholds import DEFAULT_TARGET
 
 log = logging.getLogger("failfast.drift")
 
-OTHER = "other"
-"""The group of agents the bundle has no thresholds for (bounds the metric labels)."""
 SAMPLES = ("all", "shadow")
 """Which runs' verdicts count: every run that went on to its end, or shadow runs only."""
 
@@ -111,16 +106,8 @@ class Feedback:
         self.sample = sample
         self.keep = int(keep)
         self.log = log
-        self.group_by = group_by
-        """What the groups name: agents, or sources (then a run's source is tried first)."""
-        self.groups = sorted({str(g) for g in groups} - {OTHER}) + [OTHER]
-        self.watches = {g: FprWatch(self.target, alpha=self.alpha) for g in self.groups}
-        self.flagged_at: dict[str, float] = {}
-        self.known_watches: dict[str, FprWatch] = {}
-        """Per group, the watch of its runs served by the known-task choice (made on the first
-        such verdict counted)."""
-        self.known_flagged_at: dict[str, float] = {}
-        self.verdicts: Counter[tuple[str, str]] = Counter()  # (group, outcome label) -> n
+        self.fpr = FprWatches(self.target, groups, alpha=self.alpha, group_by=group_by)
+        """The per-group watches and verdict counts (guarded by this object's lock)."""
         self._closed: OrderedDict[str, RunOutcome] = OrderedDict()
         self._by_run: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -135,11 +122,24 @@ class Feedback:
             kwargs.setdefault("group_by", table.group_by)
         return cls(float(target), list(table.groups) if table else [], **kwargs)
 
+    @property
+    def group_by(self) -> str:
+        """What the groups name: agents, or sources (then a run's source is tried first)."""
+        return self.fpr.group_by
+
+    @property
+    def groups(self) -> list[str]:
+        """The bundle's threshold groups, sorted, then "other"."""
+        return self.fpr.groups
+
+    @property
+    def watches(self) -> dict[str, FprWatch]:
+        """The FprWatch of each group."""
+        return self.fpr.watches
+
     def group(self, agent: str | None, source: str = "") -> str:
-        """The metric/watch group of a run: the threshold group it is looked up under
-        (monitor.thresholds.group_name), or "other" when that is not one of the groups."""
-        name = group_name(self.watches, self.group_by, agent or "", source)
-        return name if name and name in self.watches else OTHER
+        """The metric/watch group of a run (FprWatches.group)."""
+        return self.fpr.group(agent, source)
 
     # --- closed runs ------------------------------------------------------------------------
 
@@ -203,29 +203,18 @@ class Feedback:
                 )
             outcome.verdict = bool(resolved)
             why = self._not_counted(outcome, finished)
-            watch = self.watches[group]
-            flagged = known_flagged = False
-            known = None
-            if why is None:
-                flagged = watch.add(resolved=bool(resolved), stopped=outcome.stopped)
-                label = "resolved" if resolved else "unresolved"
-                if outcome.known_task:
-                    known = self.known_watches.setdefault(
-                        group, FprWatch(self.target, alpha=self.alpha)
-                    )
-                    known_flagged = known.add(resolved=bool(resolved), stopped=outcome.stopped)
-            else:
-                label = "not_counted"
-            self.verdicts[(group, label)] += 1
-            if flagged:
-                self.flagged_at[group] = time.time()
-            if known_flagged:
-                self.known_flagged_at[group] = time.time()
-            state = self._watch_dict(group)
-        if flagged:
-            self._warn(group, watch)
-        if known_flagged and known is not None:
-            self._warn(f"{group} (known tasks: its known-task choice)", known)
+            flagged, known_flagged = self.fpr.count(
+                group,
+                resolved=bool(resolved),
+                stopped=outcome.stopped,
+                known_task=outcome.known_task,
+                counted=why is None,
+            )
+            state = self.fpr.watch_dict(group)
+        if flagged is not None:
+            self._warn(group, flagged)
+        if known_flagged is not None:
+            self._warn(f"{group} (known tasks: its known-task choice)", known_flagged)
         result = {
             "session_id": outcome.session or None,
             "run": outcome.run,
@@ -236,7 +225,7 @@ class Feedback:
             "stop_step": outcome.stop_step,
             "counted": why is None,
             "not_counted_because": why,
-            "flagged_now": flagged or known_flagged,
+            "flagged_now": flagged is not None or known_flagged is not None,
             "watch": state,
         }
         if outcome.known_task:
@@ -291,29 +280,10 @@ class Feedback:
 
     # --- status and metrics -------------------------------------------------------------------
 
-    def _watch_dict(self, group: str) -> dict[str, Any]:
-        w = self.watches[group]
-        d = w.to_dict()
-        at = self.flagged_at.get(group)
-        d["flagged_at"] = (
-            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at is not None else None
-        )
-        d["verdicts"] = sum(n for (g, _), n in self.verdicts.items() if g == group)
-        d["not_counted"] = self.verdicts[(group, "not_counted")]
-        known = self.known_watches.get(group)
-        if known is not None:
-            k = known.to_dict()
-            at_k = self.known_flagged_at.get(group)
-            k["flagged_at"] = (
-                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at_k)) if at_k is not None else None
-            )
-            d["known_tasks"] = k
-        return d
-
     def status(self) -> dict[str, Any]:
         """Per group: runs, resolved, stopped_resolved, realized_fpr, interval, drift, flagged_at."""
         with self._lock:
-            groups = {g: self._watch_dict(g) for g in self.groups}
+            groups = self.fpr.status()
         return {
             "target": self.target,
             "alpha": self.alpha,
@@ -327,59 +297,6 @@ class Feedback:
         }
 
     def prometheus_text(self) -> str:
-        """Gauges of the realized FPR and its interval, the drift flag, and verdict counters, one
-        series per group (bounded labels: the bundle's groups and "other")."""
+        """The per-group FPR gauges and verdict counters (monitor.fpr_watches)."""
         with self._lock:
-            rows = {
-                g: (w.fpr, w.lower, w.upper, w.drift, w.resolved, w.stopped)
-                for g, w in self.watches.items()
-            }
-            known_rows = {
-                g: (w.fpr, w.lower, w.upper, w.drift, w.resolved, w.stopped)
-                for g, w in self.known_watches.items()
-            }
-            verdicts = dict(self.verdicts)
-
-        def num(x: float | None) -> str:
-            return "NaN" if x is None or math.isnan(x) else f"{x:.6g}"
-
-        gauges = (
-            ("failfast_fpr_realized", "Realized run-level FPR (stopped resolved / resolved).", 0),
-            ("failfast_fpr_lower", "Lower end of the anytime-valid FPR interval.", 1),
-            ("failfast_fpr_upper", "Upper end of the anytime-valid FPR interval.", 2),
-            ("failfast_fpr_drift", "1 once the FPR interval lies above the target.", 3),
-            ("failfast_fpr_resolved_runs", "Resolved runs counted.", 4),
-            ("failfast_fpr_stopped_resolved_runs", "Resolved runs the monitor stopped.", 5),
-        )
-        lines = [
-            "# HELP failfast_fpr_target Run-level FPR target of the served thresholds.",
-            "# TYPE failfast_fpr_target gauge",
-            f"failfast_fpr_target {self.target:g}",
-        ]
-        # the known-task watches (runs served by the known-task choice) as their own series
-        known_gauges = [
-            (n.replace("failfast_fpr_", "failfast_known_tasks_fpr_"), f"{h[:-1]}, known tasks.", i)
-            for n, h, i in gauges
-        ]
-        for (name, help, i), by_group in (
-            *((g, rows) for g in gauges),
-            *((g, known_rows) for g in known_gauges if known_rows),
-        ):
-            lines += [f"# HELP {name} {help}", f"# TYPE {name} gauge"]
-            for g, row in by_group.items():
-                v = row[i]
-                lines.append(
-                    f'{name}{{group="{prom_label(g)}"}} {int(v) if isinstance(v, bool) else num(v)}'  # type: ignore[arg-type]
-                )
-        lines += [
-            "# HELP failfast_verdicts_total Verdicts received by group and outcome "
-            "(resolved, unresolved, not_counted).",
-            "# TYPE failfast_verdicts_total counter",
-        ]
-        for g in self.groups:
-            for label in ("resolved", "unresolved", "not_counted"):
-                n = verdicts.get((g, label), 0)
-                lines.append(
-                    f'failfast_verdicts_total{{group="{prom_label(g)}",outcome="{label}"}} {n}'
-                )
-        return "\n".join(lines) + "\n"
+            return self.fpr.prometheus_text()

@@ -11,7 +11,8 @@ import pytest
 
 from monitor.decision_log import DecisionLog
 from monitor.errors import VerdictError
-from monitor.feedback import OTHER, Feedback, RunOutcome
+from monitor.feedback import Feedback, RunOutcome
+from monitor.fpr_watches import OTHER
 from monitor.policy import PolicyConfig
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
