@@ -14,7 +14,7 @@ import urllib.request
 from typing import Any
 
 from monitor.types import Decision, Step
-from serving.hooks.claude_code import ServiceError, _post_within, decision_from_dict
+from serving.service_http import ServiceError, _post_within, decision_from_dict
 
 log = logging.getLogger(__name__)
 

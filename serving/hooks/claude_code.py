@@ -20,6 +20,10 @@ bundle finds a Claude Code run only under the name it was calibrated with: `--so
 The transcript must be a regular file (a FIFO or /dev/zero is refused) of at most `--max-bytes`
 bytes and `--max-steps` steps; past that the hook logs monitor_error and says nothing.
 
+The event and its transcript are read in serving.hooks.claude_code_event, the answer is built in
+serving.hooks.claude_code_answer and the `--url` call made in serving.service_http; their
+names import from here too.
+
 settings.json:
     {"hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command",
       "command": "failfast hook claude-code --bundle /path/to/bundle"}]}]}}
@@ -51,95 +55,35 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from monitor.errors import Cancelled, TranscriptError
 from monitor.policy import PolicyConfig
 from monitor.protocols import Scorer
 from monitor.textio import json_safe
-from monitor.types import Decision, Flag, RestartPacket, Trajectory
+from monitor.types import Decision
+from serving.hooks.claude_code_answer import answer, restart_path
+from serving.hooks.claude_code_event import AGENT, read_event, read_run
 from serving.hooks.minisweagent import write_restart
-from serving.keys import client_headers
+from serving.service_http import ServiceError, _post_within, decision_from_dict
 from serving.transcripts import MAX_STEPS, MAX_TRANSCRIPT_BYTES
 
+__all__ = [
+    "AGENT",
+    "ServiceError",
+    "answer",
+    "decide",
+    "decide_remote",
+    "decision_from_dict",
+    "read_event",
+    "read_run",
+    "restart_path",
+    "run_hook",
+]
+
 log = logging.getLogger(__name__)
-
-AGENT = "claude-code"
-
-
-def restart_path(transcript_path: str | Path) -> Path:
-    """`<transcript>.failfast-restart.json` beside the transcript."""
-    p = Path(transcript_path)
-    return p.with_name(p.name + ".failfast-restart.json")
-
-
-def answer(event: dict[str, Any], decision: Decision) -> dict[str, Any]:
-    """The hook-protocol JSON for a decision (empty dict: say nothing, go on)."""
-    name = str(event.get("hook_event_name") or "")
-    score = (
-        f", score {decision.score:.2f} >= {decision.threshold:.2f}"
-        if decision.score is not None
-        and decision.threshold is not None
-        and decision.reason == "predicted_failure"
-        else ""
-    )
-    if decision.stop:
-        summary = decision.restart.summary if decision.restart else ""
-        summary = summary.removeprefix(  # the headline already says it
-            f"Stopped after {decision.step} steps ({decision.reason})."
-        ).strip()
-        head = f"failfast monitor: stop ({decision.reason}) after {decision.step} steps{score}."
-        # Claude Code shows stopReason to the user; a systemMessage would show it a second time,
-        # and the denied tool call's reason (read by the model) only needs the headline.
-        out: dict[str, Any] = {"continue": False, "stopReason": f"{head} {summary}".strip()}
-        if name == "PreToolUse":
-            out["hookSpecificOutput"] = {
-                "hookEventName": "PreToolUse",
-                "permissionDecision": "deny",
-                "permissionDecisionReason": head,
-            }
-        return out
-    if decision.action == "warn":
-        return {
-            "systemMessage": f"failfast monitor: warning ({decision.reason}) after {decision.step} steps{score}."
-        }
-    return {}
-
-
-def read_run(
-    event: dict[str, Any],
-    *,
-    max_bytes: int = MAX_TRANSCRIPT_BYTES,
-    max_steps: int = MAX_STEPS,
-    agent: str | None = None,
-    source: str | None = None,
-    instance_id: str | None = None,
-) -> Trajectory:
-    """The event's transcript (a regular file within the limits); TranscriptError otherwise.
-
-    `agent` (default "claude-code") is the name the model reads in its header; `source` the
-    threshold group of a source-keyed bundle (default: the transcript's folder name, which no
-    bundle is calibrated for: pass the name given to `failfast calibrate --agent`);
-    `instance_id` the task's id a bundle with known tasks looks up (default: the transcript's)."""
-    from monitor.errors import TranscriptTooLarge
-    from serving.transcripts import read_transcript
-
-    traj = read_transcript(event["transcript_path"], "claude-code", max_bytes=max_bytes)
-    if len(traj.steps) > max_steps:
-        raise TranscriptTooLarge(
-            traj.path, f"{len(traj.steps)} steps, over the limit of {max_steps} (--max-steps)"
-        )
-    traj.agent = agent or traj.agent or AGENT
-    if source:
-        traj.source = source
-    if instance_id:
-        traj.instance_id = instance_id
-    return traj
 
 
 def decide(
@@ -171,10 +115,6 @@ def decide(
     )
     cancelled = None if deadline is None else (lambda: time.monotonic() > deadline)
     return score_transcript(scorer, traj, policy=policy, cancelled=cancelled).final
-
-
-class ServiceError(RuntimeError):
-    """The scoring service could not be reached or gave an unusable answer."""
 
 
 def decide_remote(
@@ -220,74 +160,11 @@ def decide_remote(
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    raw = _post_within(request, timeout)
+    raw = _post_within(request, timeout)  # looked up here: tests replace claude_code._post_within
     try:
         return decision_from_dict(json.loads(raw)["decision"])
     except (ValueError, KeyError, TypeError) as e:
         raise ServiceError(f"{endpoint} gave no usable decision: {e!r}") from e
-
-
-def _post_within(request: urllib.request.Request, timeout: float) -> bytes:
-    """The answer's body, or ServiceError; the whole exchange must end within `timeout` seconds.
-
-    The request carries `Authorization: Bearer $FAILFAST_API_KEY` when the variable is set (a
-    service with `--api-key-file`); a 401 or 403 is a ServiceError like any other.
-
-    urllib's timeout bounds each socket operation, so a service that sends a byte every few
-    seconds would hold the hook forever; the call runs in a daemon thread and is abandoned at
-    the deadline (the process exits right after the hook answers).
-    """
-    endpoint = request.full_url
-    for name, value in client_headers().items():  # FAILFAST_API_KEY, on every call made here
-        if not request.has_header(name):
-            request.add_header(name, value)
-    box: dict[str, Any] = {}
-
-    def call() -> None:
-        try:
-            # No proxy from the environment: the transcript goes to the monitor service named by
-            # --url and nowhere else (an http_proxy would otherwise receive loopback requests too).
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with opener.open(request, timeout=timeout) as response:
-                box["raw"] = response.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read()[:300].decode(errors="replace")
-            hint = (
-                " (set FAILFAST_API_KEY to a key of the service with the score scope)"
-                if e.code in (401, 403)
-                else ""
-            )
-            box["error"] = ServiceError(f"{endpoint} answered HTTP {e.code}: {detail}{hint}")
-        except (urllib.error.URLError, OSError) as e:  # refused, DNS, timeout
-            box["error"] = ServiceError(f"{endpoint} unreachable: {getattr(e, 'reason', e)}")
-        except Exception as e:  # noqa: BLE001 - reported to the caller like any other failure
-            box["error"] = ServiceError(f"{endpoint}: {e!r}")
-
-    worker = threading.Thread(target=call, name="failfast-hook-post", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise ServiceError(f"{endpoint} timed out: no full answer within {timeout:g} s (--timeout)")
-    if "error" in box:
-        raise box["error"]
-    return box["raw"]
-
-
-def decision_from_dict(d: dict[str, Any]) -> Decision:
-    """A Decision from its `to_dict()` JSON (as /v1/score returns it); ValueError when malformed."""
-    if not isinstance(d, dict) or d.get("action") not in ("continue", "warn", "stop"):
-        raise ValueError(f"not a decision: {str(d)[:200]}")
-    restart = d.get("restart")
-    return Decision(
-        action=d["action"],
-        reason=str(d.get("reason", "ok")),
-        score=None if d.get("score") is None else float(d["score"]),
-        threshold=None if d.get("threshold") is None else float(d["threshold"]),
-        step=int(d.get("step", 0)),
-        evidence=dict(d.get("evidence") or {}),
-        flags=[Flag(**f) for f in d.get("flags") or []],
-        restart=RestartPacket(**restart) if restart else None,
-    )
 
 
 def run_hook(
@@ -354,14 +231,3 @@ def run_hook(
         except OSError:
             log.exception("failfast hook: could not write the restart packet")
     return answer(event, decision)
-
-
-def read_event(text: str) -> dict[str, Any]:
-    """Parse the hook event JSON from stdin (a ValueError names what is wrong)."""
-    try:
-        event = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"hook event on stdin is not JSON: {e}") from e
-    if not isinstance(event, dict):
-        raise ValueError("hook event on stdin must be a JSON object")
-    return event
