@@ -20,16 +20,17 @@ candidates), so its numbers compare with the CPU quick config's crossfit.
 A wall-clock budget is checked after every pair: when the time so far plus the mean pair time
 for the pairs left would pass it, the run stops and writes the pairs done (report marked
 partial) instead of running past it.
+
+Here: the job (`run_gpu_crossfit`) and its loop over the pairs (`crossfit_lora`); one pair's
+split, fit and tune are training.pipeline.lora_pair, the headline training.pipeline.gpu_headline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +39,37 @@ import numpy as np
 from monitor.types import Trajectory
 from training.baselines.rules import loopbrake_stops
 from training.config import PipelineConfig, ThresholdConfig
-from training.data.examples import probe_examples, window_examples
-from training.data.folds import instance_folds, view_pairs
-from training.data.records import RunRecord, save_records
+from training.data.examples import probe_examples
+from training.data.folds import view_pairs
+from training.data.records import save_records
 from training.data.runs import labelled_runs, stratified_subsample
-from training.evaluate.auroc import _auroc
 from training.evaluate.stops import score_stops
 from training.pipeline import stages
-from training.pipeline.crossfit import (
-    CrossfitResult,
-    _fit_on_training,
-    add_step_score,
-    default_methods,
+from training.pipeline.crossfit import CrossfitResult, add_step_score, default_methods
+from training.pipeline.encode import encode, load_encoder
+from training.pipeline.gpu_headline import (
+    LIVE_STEPS,
+    SAVED_TARGETS,
+    live_auroc,
+    summary,
+    summary_markdown,
 )
-from training.pipeline.encode import Encoded, Encoder, encode, load_encoder
+from training.pipeline.lora_pair import MemoWindows, bf16_autocast, split_tuning, tune_and_score
 from training.pipeline.view_report import write_view_report
 
+__all__ = [
+    "DRY_RUN",
+    "LIVE_STEPS",
+    "SAVED_TARGETS",
+    "crossfit_lora",
+    "device_info",
+    "live_auroc",
+    "run_gpu_crossfit",
+    "summary",
+    "summary_markdown",
+]
+
 log = logging.getLogger(__name__)
-LIVE_STEPS = (5, 10)
-"""Steps at which the report gives the AUROC among runs still going (what a stop needs)."""
-SAVED_TARGETS = ("0.05", "0.1")
 DRY_RUN = [
     "model.n_layers=2",
     "train.lora_top_layers=2",
@@ -88,79 +100,6 @@ def device_info() -> dict[str, Any]:
     return info
 
 
-@contextlib.contextmanager
-def _autocast(on_gpu: bool) -> Iterator[None]:
-    """bf16 autocast for the GPU feature passes (the weights stay fp32 for the optimiser)."""
-    import torch
-
-    if on_gpu:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            yield
-    else:
-        yield
-
-
-def live_auroc(records: Sequence[RunRecord], scorer: str, step: int) -> dict[str, Any]:
-    """AUROC (positive = unresolved) of the score after `step` among the runs still going then
-    (more than `step` steps: only there can a stop at `step` save tokens)."""
-    recs = [r for r in records if r.n_steps > step and scorer in r.scores]
-    y = np.array([0 if r.resolved else 1 for r in recs])
-    s = np.array([r.scores[scorer][step - 1] for r in recs])
-    return {"auroc": _auroc(y, s) if len(recs) else None, "runs": len(recs)}
-
-
-class _MemoWindows:
-    """A featuriser that renders each run once: every pair re-encodes and trains on runs the
-    frozen pass already rendered, and the CPU rendering would otherwise cost every pair again."""
-
-    def __init__(self, featuriser: Any) -> None:
-        self._featuriser = featuriser
-        self._windows: dict[str, list[Any]] = {}
-
-    def windows(self, traj: Trajectory) -> list[Any]:
-        if traj.id not in self._windows:
-            self._windows[traj.id] = self._featuriser.windows(traj)
-        return self._windows[traj.id]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._featuriser, name)
-
-
-def _split_tuning(train: Encoded, k: int, seed: int) -> tuple[Encoded, Encoded]:
-    """(tuning runs, calibration runs): one instance fold of k (at least 2) held out."""
-    fold = instance_folds(train.runs, max(k, 2), seed=seed + 1)
-    tune = [i for i, f in enumerate(fold) if f != 0]
-    cal = [i for i, f in enumerate(fold) if f == 0]
-    return train.subset(tune), train.subset(cal)
-
-
-def _tune_and_score(
-    cfg: PipelineConfig, encoder: Encoder, tune: Encoded, parts: Sequence[Encoded], out_dir: Path
-) -> tuple[stages.HeadFit, dict[str, Any], list[Encoded], list[float], int]:
-    """Probe + baselines on `tune`'s frozen features, LoRA from the probe on its windows, then
-    `parts` encoded by the tuned model. The model ends fp32 on the CPU (for the head scores)."""
-    import torch
-
-    from training.model.finetune import tune_backbone
-
-    tc = cfg.train
-    grid = [(c, s) for s in tc.probe_hidden_scale for c in tc.probe_C]
-    if len(grid) > 1:  # chosen by the tuning runs' out-of-fold scores, as `failfast crossfit` does
-        head, _ = _fit_on_training(cfg, encoder, tune, grid)
-    else:
-        head = stages.fit_head(cfg, encoder.model, tune, grid=grid)
-    baselines = stages.fit_baselines(cfg, encoder, tune, head)
-    windows = window_examples(encoder.featuriser, tune.runs, tune.signals, head.examples)
-    gpu = torch.cuda.is_available()
-    encoder.model.to("cuda" if gpu else "cpu")
-    losses = tune_backbone(encoder.model, windows, tc, head="lora", out_dir=out_dir)
-    encoder.model.eval()
-    with _autocast(gpu):
-        tuned = [encode(encoder, p.runs, cached=False) for p in parts]
-    encoder.model = encoder.model.float().cpu().eval()
-    return head, baselines, tuned, losses, len(windows)
-
-
 def crossfit_lora(
     cfg: PipelineConfig,
     runs: Sequence[Trajectory],
@@ -183,11 +122,11 @@ def crossfit_lora(
     res.thresholds = {m: [] for m in methods}
     res.loopbrake = {t: {} for t in targets}
     encoder = load_encoder(cfg)
-    memo = _MemoWindows(encoder.featuriser)
+    memo = MemoWindows(encoder.featuriser)
     encoder.featuriser = memo  # type: ignore[assignment]
     if gpu:
         encoder.model.to("cuda")
-    with _autocast(gpu):
+    with bf16_autocast(gpu):
         data = encode(encoder, runs)  # the frozen features of every run, cached
     del encoder  # each pair loads its own base model
     pairs = view_pairs("instance", data.runs, k=folds, seed=cfg.data.split_seed)
@@ -197,9 +136,9 @@ def crossfit_lora(
         t0 = time.perf_counter()
         fresh = load_encoder(cfg)  # every pair tunes the base model, never the last pair's
         fresh.featuriser = memo  # type: ignore[assignment]
-        tune, cal = _split_tuning(data.subset(list(tr)), folds - 1, cfg.data.split_seed)
+        tune, cal = split_tuning(data.subset(list(tr)), folds - 1, cfg.data.split_seed)
         test = data.subset(list(te))
-        head, baselines, (cal_t, test_t), losses, n_windows = _tune_and_score(
+        head, baselines, (cal_t, test_t), losses, n_windows = tune_and_score(
             cfg, fresh, tune, [cal, test], out / "checkpoints" / f"pair{i}"
         )
         calibration = stages.monitor_records(fresh.model, cal_t)
@@ -243,92 +182,6 @@ def crossfit_lora(
             )
             break
     return res, info
-
-
-def summary(report: Mapping[str, Any], records: Sequence[RunRecord]) -> dict[str, Any]:
-    """Per agent: AUROC among live runs at steps 5 / 10 (monitor and every baseline) and the
-    configured method's tokens saved / realized FPR at 5 % and 10 %; and their means."""
-    by_agent: dict[str, list[RunRecord]] = {}
-    for r in records:
-        by_agent.setdefault(r.agent, []).append(r)
-    scorers = sorted(records[0].scores) if records else []
-    agents: dict[str, Any] = {}
-    for agent, recs in sorted(by_agent.items()):
-        row: dict[str, Any] = {"runs": len(recs), "live_auroc": {}, "saved": {}}
-        for s in scorers:
-            row["live_auroc"][s] = {f"{k}": live_auroc(recs, s, k) for k in LIVE_STEPS}
-        targets = report["groups"]["agent"][agent]["targets"]
-        for t in SAVED_TARGETS:
-            if t in targets:
-                m = targets[t]["methods"]["configured"]
-                row["saved"][t] = {k: m[k] for k in ("saved", "saved_ci", "fpr", "fpr_ci")}
-        agents[agent] = row
-
-    def mean(vals: list[float | None]) -> float | None:
-        v = [x for x in vals if x is not None and not math.isnan(x)]
-        return float(np.mean(v)) if v else None
-
-    means = {
-        "live_auroc": {
-            s: {
-                f"{k}": mean([a["live_auroc"][s][f"{k}"]["auroc"] for a in agents.values()])
-                for k in LIVE_STEPS
-            }
-            for s in scorers
-        },
-        "saved": {
-            t: mean([a["saved"][t]["saved"] for a in agents.values() if t in a["saved"]])
-            for t in SAVED_TARGETS
-        },
-    }
-    return {"agents": agents, "mean_per_agent": means}
-
-
-def _f(x: float | None, scale: float = 1.0, digits: int = 3) -> str:
-    if x is None or math.isnan(x):
-        return "-"
-    return f"{x * scale:.{digits}f}"
-
-
-def summary_markdown(s: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-    """The headline table of a GPU crossfit: where it ran, and the per-agent figures."""
-    dev = meta["device"]
-    lines = [
-        "# LoRA crossfit (every layer, every run)",
-        "",
-        f"Device: {dev['device']} (CUDA: {dev['cuda']}); "
-        f"{'DRY RUN (tiny subset, not a result)' if meta['dry_run'] else 'full run'}; "
-        f"{meta['runs']} runs, {meta['folds']} instance folds, "
-        f"{len(meta['pairs'])} pair(s) done, {meta['total_s']:.0f} s of {meta['budget_s']:.0f} s.",
-    ]
-    if meta["aborted"]:
-        lines += ["", f"**PARTIAL: {meta['aborted']}.** Only the pairs done are scored."]
-    scorers = sorted(s["mean_per_agent"]["live_auroc"])
-    head = " | ".join(f"{sc} @5 | {sc} @10" for sc in scorers)
-    lines += [
-        "",
-        "AUROC among runs still going at step 5 / 10; the monitor's tokens saved (realized FPR) "
-        "at the 5 % and 10 % targets, configured thresholds calibrated on held-out training runs.",
-        "",
-        f"| agent | runs | {head} | saved @5% | saved @10% |",
-        "|---" * (4 + 2 * len(scorers)) + "|",
-    ]
-    for agent, a in s["agents"].items():
-        cells = []
-        for sc in scorers:
-            cells += [_f(a["live_auroc"][sc][f"{k}"]["auroc"]) for k in LIVE_STEPS]
-        saved = []
-        for t in SAVED_TARGETS:
-            m = a["saved"].get(t)
-            saved.append(f"{_f(m['saved'], 100, 1)}% ({_f(m['fpr'], 100, 1)}%)" if m else "-")
-        lines.append(f"| {agent} | {a['runs']} | {' | '.join(cells + saved)} |")
-    m = s["mean_per_agent"]
-    cells = []
-    for sc in scorers:
-        cells += [_f(m["live_auroc"][sc][f"{k}"]) for k in LIVE_STEPS]
-    saved = [f"{_f(m['saved'][t], 100, 1)}%" for t in SAVED_TARGETS]
-    lines.append(f"| **mean per agent** | | {' | '.join(cells + saved)} |")
-    return "\n".join(lines) + "\n"
 
 
 def _write(path: Path, text: str) -> None:
