@@ -28,7 +28,10 @@ OTHER = "other"
 class FprWatches:
     """Per-group realized FPR and drift flags, and verdict counts by outcome.
 
-    Not thread-safe: its `Feedback` holds its lock around every call. Args:
+    Not thread-safe: its `Feedback` holds its lock around every call that reads or changes
+    counts.
+
+    Args:
         target: the run-level FPR target the served thresholds were set for.
         groups: the threshold groups of the bundle; any other run counts as "other".
         alpha: the watch's chance of ever flagging while the FPR is at or below the target.

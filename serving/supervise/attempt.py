@@ -49,6 +49,9 @@ class Attempt:
         monitor: opens a monitor session per run.
         keep: pathspecs of the supervisor's own files, kept out of snapshots and diffs.
         totals: the totals over all attempts with this attempt's added (for the budgets).
+        add_totals: counts this attempt's steps, tokens and dollars into the task's totals, as
+            soon as the agent has ended (before the stop's diff and packet, so an interrupt
+            there still leaves them in the summary).
         say: where progress lines go.
         repo: whether the work directory is a git work tree.
     """
@@ -61,11 +64,13 @@ class Attempt:
         *,
         keep: list[str],
         totals: Totals,
+        add_totals: Callable[[dict[str, float]], None],
         say: Callable[[str], None],
         repo: bool,
     ) -> None:
         self.cfg, self.n, self.monitor = cfg, n, monitor
         self.keep, self.totals, self.say, self.repo = keep, totals, say, repo
+        self.add_totals = add_totals
         self.proc: subprocess.Popen[bytes] | None = None
         self.errors: list[str] = []
 
@@ -130,6 +135,7 @@ class Attempt:
             record["transcript_error"] = f"{cfg.transcript} was never readable as a transcript" + (
                 f": {self.errors[-1]}" if self.errors else " (not written, or no reader knows it)"
             )
+        self.add_totals(watch.totals)
         if stop is None:
             record["transcript"] = str(cfg.transcript)
             return record, None, watch

@@ -89,12 +89,11 @@ class Supervisor:
                     self.monitor,
                     keep=self._keep,
                     totals=self._totals,
+                    add_totals=self._add_totals,
                     say=self.say,
                     repo=self._repo,
                 )
                 record, stop, watch = self._current.run(task, last, diff, packet)
-                for k in ("steps", "tokens", "dollars"):
-                    self.totals[k] += watch.totals[k]
                 task = task or (watch.traj.task if watch.traj is not None else "")
                 self.attempts.append(record)
                 if stop is None:
@@ -139,6 +138,10 @@ class Supervisor:
         t = self.cfg.transcript
         own = [p for p in t.parent.glob(f"{glob.escape(t.name)}.attempt-*") if p.is_file()]
         return own + ([self.cfg.summary] if self.cfg.summary is not None else [])
+
+    def _add_totals(self, attempt: dict[str, float]) -> None:
+        for k in ("steps", "tokens", "dollars"):
+            self.totals[k] += attempt[k]
 
     def _totals(self, current: dict[str, float] | None = None) -> dict[str, float]:
         t = {k: v + (current or {}).get(k, 0) for k, v in self.totals.items()}
