@@ -1,5 +1,6 @@
-"""What a warm restart is told of the stopped run: a short account of what it tried, and the
-line of an error output that names the error (monitor.session keeps the latter per run).
+"""What a warm restart is told of the stopped run: a short account of what it tried, the line
+of an error output that names the error (a Session keeps the latter per run,
+monitor.monitored_run), and the stop each step after the stop is told again.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import re
 from collections.abc import Mapping
 
 from monitor.normalise import short_call
+from monitor.types import Decision, Flag
 
 
 def restart_summary(
@@ -35,6 +37,14 @@ def restart_summary(
         files = sorted(touched)
         parts.append("Files touched: " + ", ".join(files[:8]) + (" ..." if len(files) > 8 else ""))
     return " ".join(parts)
+
+
+def after_stop(first: Decision, k: int, score: float | None, flags: list[Flag]) -> Decision:
+    """A step after the stop `first`: still "stop" (same reason, threshold and restart packet: the
+    run should have ended), but this step's number `k` and `score`, and `stopped_at_step` in the
+    evidence, so a harness that goes on (a shadow run) sees the scores go on too."""
+    ev = {**first.evidence, "stopped_at_step": first.step}
+    return Decision("stop", first.reason, score, first.threshold, k, ev, flags, first.restart)
 
 
 # An exception line ("ValueError: ...", pytest's "E   KeyError: 'x'", a bare "Error: ..." or

@@ -2,7 +2,7 @@
 
 A run is checked at step boundaries k >= min_steps, every `every` steps, and stopped by score at
 the first checked k where the last `persist` checked scores (k's included) all reach the stop
-threshold. `Streak` applies the rule live, one step at a time (monitor.session); `first_stop` and
+threshold. `Streak` applies the rule live, one step at a time (monitor.monitored_run); `first_stop` and
 `max_checked_score` apply it to the scores of a recorded run (training, calibration, evaluation),
 so thresholds are fitted and evaluated under exactly the rule a session serves.
 """
