@@ -15,27 +15,26 @@ yet seen are observed. Between polls the file may have been truncated or replace
 (log rotation, an agent restarted on the same path): its inode changed, it shrank, its first line
 is another one, or it now has fewer steps than were seen. Then the current run is ended and a new
 one started with its own run id (`on_replace="new"`), or `TranscriptReplaced` is raised
-(`on_replace="stop"`); the new file's steps are never spliced onto the old run.
+(`on_replace="stop"`); the new file's steps are never spliced onto the old run. A transcript
+written whole after every step (a JSON document, saved in place or renamed over the old file) is
+followed as the same run while its run id, task and observed steps stay the same
+(serving.run_identity).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.types import Decision, Step, Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
+from serving.run_identity import FileMark, continues
 from serving.transcripts import read_transcript
 
 log = logging.getLogger(__name__)
-
-FIRST_LINE_BYTES = 4096  # enough to tell two runs apart (ids, timestamps, the task) cheaply
 
 
 def awaits_result(step: Step) -> bool:
@@ -68,42 +67,6 @@ class Opener(Protocol):
 
 class TranscriptReplaced(TranscriptError):
     """The watched file was truncated or replaced by another run (with on_replace="stop")."""
-
-
-@dataclass(frozen=True)
-class FileMark:
-    """What identifies one run's file between polls: inode, size, a hash of its first line."""
-
-    device: int
-    inode: int
-    size: int
-    first_line: str  # sha256 of the first line once it is complete; "" before
-
-    @classmethod
-    def of(cls, path: Path) -> FileMark | None:
-        """The mark of the file at `path` now; None when it does not exist or is a folder."""
-        try:
-            st = os.stat(path)
-            if not os.path.isfile(path):
-                return None
-            with open(path, "rb") as f:
-                head = f.read(FIRST_LINE_BYTES)
-        except OSError:
-            return None
-        nl = head.find(b"\n")
-        line = head[:nl] if nl >= 0 else (head if len(head) == FIRST_LINE_BYTES else b"")
-        digest = hashlib.sha256(line).hexdigest() if line else ""
-        return cls(st.st_dev, st.st_ino, st.st_size, digest)
-
-    def replaced_by(self, new: FileMark) -> str:
-        """Why `new` is not this run's file grown further ("" when it is)."""
-        if (new.device, new.inode) != (self.device, self.inode):
-            return "the file was replaced (new inode)"
-        if new.size < self.size:
-            return f"the file shrank from {self.size} to {new.size} bytes (truncated)"
-        if self.first_line and new.first_line != self.first_line:
-            return "its first line changed (a new run was written over it)"
-        return ""
 
 
 class TranscriptWatch:
@@ -193,6 +156,10 @@ class TranscriptWatch:
             )
         if not why and self.session is not None and len(traj.steps) < self.seen:
             why = f"it now has {len(traj.steps)} steps, {self.seen} were seen"
+        elif why and self.traj is not None and self.session is not None and not self.ended:
+            if continues(self.traj, self.seen, traj):  # rewritten whole, grown: the same run
+                log.debug("%s: %s, but it is run %r grown; followed", self.path, why, self.run)
+                why = ""
         out: list[Decision] = []
         if why:
             out += self._replaced(why, mark)

@@ -199,3 +199,77 @@ def test_held_calls_count_once_when_the_run_is_replaced_or_ends(fixtures_dir, tm
         assert w.totals["dollars"] == pytest.approx(0.20)
     finally:
         watch_mod.read_transcript = real  # type: ignore[assignment]
+
+
+def _mini_traj(data_dir, instance: str) -> dict:
+    import gzip
+
+    src = data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro" / "trajs"
+    return json.loads(gzip.open(src / instance / f"{instance}.traj.json.gz").read())
+
+
+def _with_steps(traj: dict, k: int) -> dict:
+    """The run as mini-swe-agent saves it after its k-th step: system and task messages, then a
+    model answer and its observation per step."""
+    return {**traj, "messages": traj["messages"][: 2 + 2 * k], "info": {}}
+
+
+def _save_atomically(path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))  # compact: the first line is the whole document
+    os.replace(tmp, path)  # a new inode at every save
+
+
+def test_a_json_run_saved_whole_after_every_step_is_one_run(data_dir, tmp_path):
+    """A harness that rewrites its JSON transcript after every step, compact and through a
+    temporary file (new inode, new first line each time), is followed as one run growing: each
+    step observed once, never a new run per save."""
+    monitor, sink = _monitor()
+    traj = _mini_traj(data_dir, "astropy__astropy-12907")
+    n = (len(traj["messages"]) - 2) // 2
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
+    decisions = []
+    for k in range(1, n + 1):
+        _save_atomically(path, _with_steps(traj, k))
+        decisions += watch.poll()
+    watch.end()
+    assert len(watch.runs) == 1
+    assert [d.step for d in decisions] == list(range(1, len(decisions) + 1))
+    assert len(decisions) >= n - 1  # the last call may be held for its result, then flushed
+    assert [e["steps"] for e in _ends(sink)] == [watch.totals["steps"]]
+
+
+def test_another_json_run_saved_over_it_is_a_new_run(data_dir, tmp_path):
+    monitor, _ = _monitor()
+    first, other = (
+        _mini_traj(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
+    )
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
+    _save_atomically(path, _with_steps(first, 3))
+    assert len(watch.poll()) >= 2
+    _save_atomically(path, _with_steps(other, 4))  # another task: a new run
+    again = watch.poll()
+    assert again
+    assert again[0].step == 1
+    assert len(watch.runs) == 2
+
+
+def test_a_json_run_whose_seen_steps_changed_is_a_new_run(data_dir, tmp_path):
+    """Same file, same task, but a step already observed now reads otherwise (an agent restarted
+    on the same path): not spliced onto the old run."""
+    monitor, _ = _monitor()
+    traj = _mini_traj(data_dir, "astropy__astropy-12907")
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
+    _save_atomically(path, _with_steps(traj, 3))
+    watch.poll()
+    changed = _with_steps(traj, 4)
+    changed["messages"] = [dict(m) for m in changed["messages"]]
+    changed["messages"][3]["content"] = "<returncode>1</returncode><output>restarted</output>"
+    _save_atomically(path, changed)
+    again = watch.poll()
+    assert again
+    assert again[0].step == 1
+    assert len(watch.runs) == 2

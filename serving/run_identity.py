@@ -1,0 +1,74 @@
+"""Is the transcript at a watched path still the run that was being watched?
+
+Two signs, checked at every poll of serving.watch.TranscriptWatch:
+- the file's mark (`FileMark`): its inode, its size and its first line. An append-only transcript
+  (JSONL, Markdown) that was rotated, truncated or written over by another run changes one of them.
+- its content (`continues`): a transcript written whole after every step (a JSON document such as
+  a SWE-agent `.traj`, a mini-swe-agent `.traj.json` or ATIF, saved in place or through a
+  temporary file renamed over it) changes its mark at every step when it is compact or replaced
+  atomically, yet it is the same run when it has the same run id and task and the steps already
+  observed are the first steps of the new content. Such a rewrite is followed as growth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.types import Step, Trajectory
+
+FIRST_LINE_BYTES = 4096  # enough to tell two runs apart (ids, timestamps, the task) cheaply
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """What identifies one run's file between polls: inode, size, a hash of its first line."""
+
+    device: int
+    inode: int
+    size: int
+    first_line: str  # sha256 of the first line once it is complete; "" before
+
+    @classmethod
+    def of(cls, path: Path) -> FileMark | None:
+        """The mark of the file at `path` now; None when it does not exist or is a folder."""
+        try:
+            st = os.stat(path)
+            if not os.path.isfile(path):
+                return None
+            with open(path, "rb") as f:
+                head = f.read(FIRST_LINE_BYTES)
+        except OSError:
+            return None
+        nl = head.find(b"\n")
+        line = head[:nl] if nl >= 0 else (head if len(head) == FIRST_LINE_BYTES else b"")
+        digest = hashlib.sha256(line).hexdigest() if line else ""
+        return cls(st.st_dev, st.st_ino, st.st_size, digest)
+
+    def replaced_by(self, new: FileMark) -> str:
+        """Why `new` is not this run's file grown further ("" when it is)."""
+        if (new.device, new.inode) != (self.device, self.inode):
+            return "the file was replaced (new inode)"
+        if new.size < self.size:
+            return f"the file shrank from {self.size} to {new.size} bytes (truncated)"
+        if self.first_line and new.first_line != self.first_line:
+            return "its first line changed (a new run was written over it)"
+        return ""
+
+
+def _content(step: Step) -> tuple[str, str, str, str]:
+    # what a rewrite of the same run keeps: not its tokens, which some readers estimate over the
+    # whole run (chars/4 scaled to the run's totals) and so change as the run grows
+    return (step.kind, step.tool, step.action, step.observation)
+
+
+def continues(old: Trajectory, seen: int, new: Trajectory) -> bool:
+    """`new` is `old` written again and grown: the same run id and task, and its first `seen`
+    steps (those already observed) are `old`'s."""
+    if new.id != old.id or new.task != old.task or len(new.steps) < seen or len(old.steps) < seen:
+        return False
+    return all(
+        _content(a) == _content(b) for a, b in zip(old.steps[:seen], new.steps[:seen], strict=True)
+    )
