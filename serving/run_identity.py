@@ -33,9 +33,11 @@ class FileMark:
 
     @classmethod
     def of(cls, path: Path) -> FileMark | None:
-        """The mark of the file at `path` now; None when it does not exist or is a folder."""
+        """The mark of the file at `path` now (a folder: its inode only); None when there is none."""
         try:
             st = os.stat(path)
+            if os.path.isdir(path):  # a run kept as a folder (OpenHands events, a Harbor trial):
+                return cls(st.st_dev, st.st_ino, 0, "")  # told apart by its content alone
             if not os.path.isfile(path):
                 return None
             with open(path, "rb") as f:

@@ -273,3 +273,25 @@ def test_a_json_run_whose_seen_steps_changed_is_a_new_run(data_dir, tmp_path):
     assert again
     assert again[0].step == 1
     assert len(watch.runs) == 2
+
+
+def test_a_run_kept_as_a_folder_is_followed_as_it_grows(fixtures_dir, tmp_path):
+    """A Harbor trial folder whose ATIF trajectory grows: watched as one run (a folder was never
+    read by the watch, so `failfast watch TRIAL/` said it was never readable)."""
+    import shutil
+
+    monitor, sink = _monitor()
+    trial = tmp_path / "trial"
+    shutil.copytree(fixtures_dir / "harbor_constructed_trial", trial)
+    atif = trial / "agent" / "trajectory.json"
+    whole = json.loads(atif.read_text())
+    watch = TranscriptWatch(trial, monitor)
+    atif.write_text(json.dumps({**whole, "steps": whole["steps"][:4]}))
+    first = watch.poll()
+    atif.write_text(json.dumps(whole))
+    rest = watch.poll(final=True)
+    watch.end()
+    assert first
+    assert len(watch.runs) == 1
+    assert [d.step for d in first + rest] == list(range(1, len(first + rest) + 1))
+    assert [e["steps"] for e in _ends(sink)] == [len(first + rest)]
