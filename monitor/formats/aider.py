@@ -319,5 +319,9 @@ def read_all(path: Path) -> Iterator[Trajectory]:
 
 
 def read(path: Path) -> Trajectory:
-    """The first run of an aider transcript (the whole episode for `<instance>.md`)."""
-    return next(iter(read_all(path)))
+    """The run of an aider transcript that one run's callers mean (score, watch, the hooks):
+    the whole episode of an `<instance>.md`; the latest session with a reply of a user's
+    `.aider.chat.history.md`, the one being worked on (its earlier sessions are older work;
+    `read_all` gives them all, as ingest reads them)."""
+    *_, last = read_all(path)
+    return last

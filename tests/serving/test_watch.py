@@ -295,3 +295,23 @@ def test_a_run_kept_as_a_folder_is_followed_as_it_grows(fixtures_dir, tmp_path):
     assert len(watch.runs) == 1
     assert [d.step for d in first + rest] == list(range(1, len(first + rest) + 1))
     assert [e["steps"] for e in _ends(sink)] == [len(first + rest)]
+
+
+def test_a_users_aider_history_is_watched_at_its_latest_session(fixtures_dir, tmp_path):
+    """`.aider.chat.history.md` is appended to across days: the live run is its last session (the
+    reader gave the first one, so the session being worked on was never scored)."""
+    monitor, _ = _monitor()
+    text = (fixtures_dir / "aider_constructed_history.md").read_text()
+    second = text.index("# aider chat started at 2025-03-03")
+    path = tmp_path / "myrepo" / ".aider.chat.history.md"
+    path.parent.mkdir()
+    path.write_text(text[:second])  # yesterday's session
+    watch = TranscriptWatch(path, monitor)
+    assert len(watch.poll()) == 2
+    with open(path, "a") as f:  # today's session opens, then the model replies
+        f.write(text[second:])
+    today = watch.poll()
+    assert [d.step for d in today] == [1]
+    assert len(watch.runs) == 2
+    assert "/session-1/" in watch.runs[0]
+    assert "/session-2/" in watch.runs[1]
