@@ -74,3 +74,22 @@ def continues(old: Trajectory, seen: int, new: Trajectory) -> bool:
     return all(
         _content(a) == _content(b) for a, b in zip(old.steps[:seen], new.steps[:seen], strict=True)
     )
+
+
+def written_bytes(path: Path) -> int:
+    """How much the run at `path` has written so far: a file's size, a folder's files' sizes
+    summed (a folder's own size does not grow with them); -1 when there is nothing there. What
+    `failfast watch --idle` counts as life."""
+    try:
+        if not os.path.isdir(path):
+            return os.stat(path).st_size
+        total = 0
+        for root, _dirs, files in os.walk(path):
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    continue  # removed while walking
+        return total
+    except OSError:
+        return -1

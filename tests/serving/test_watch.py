@@ -315,3 +315,18 @@ def test_a_users_aider_history_is_watched_at_its_latest_session(fixtures_dir, tm
     assert len(watch.runs) == 2
     assert "/session-1/" in watch.runs[0]
     assert "/session-2/" in watch.runs[1]
+
+
+def test_a_run_folder_grows_when_its_files_do(fixtures_dir, tmp_path):
+    """What `failfast watch --idle` counts as life: a folder's files' bytes, not its own size."""
+    import shutil
+
+    from serving.run_identity import written_bytes
+
+    trial = tmp_path / "trial"
+    shutil.copytree(fixtures_dir / "harbor_constructed_trial", trial)
+    before = written_bytes(trial)
+    with open(trial / "agent" / "trajectory.json", "a") as f:
+        f.write(" ")
+    assert written_bytes(trial) == before + 1
+    assert written_bytes(tmp_path / "absent") == -1

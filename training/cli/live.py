@@ -181,12 +181,12 @@ def _watch_monitor(scorer, decision_log):  # type: ignore[no-untyped-def]
 def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-def]
     """Read the transcript every --interval seconds; a decision per new step (the end record is
     logged when the watch ends). A replaced or truncated file starts a new run (serving.watch)."""
-    import os
     import time
     from pathlib import Path
 
     from monitor.errors import TranscriptError, TranscriptTooLarge
     from monitor.textio import json_safe
+    from serving.run_identity import written_bytes
     from serving.watch import TranscriptReplaced, TranscriptWatch
 
     def new_run(run: str, why: str) -> None:
@@ -209,10 +209,9 @@ def _poll(args: argparse.Namespace, monitor) -> int:  # type: ignore[no-untyped-
     size = -1
     try:
         while True:
-            try:  # the file growing counts as life, scored or not (a held call makes no decision)
-                now_size = os.stat(args.transcript).st_size
-            except OSError:
-                now_size = -1
+            # the file (or a run folder's files) growing counts as life, scored or not (a held
+            # call makes no decision)
+            now_size = written_bytes(Path(args.transcript))
             if now_size != size:
                 size, last_growth = now_size, time.monotonic()
             # --once, or quiet for --idle seconds: the run is over, a last call is scored as is
