@@ -60,20 +60,25 @@ class FileMark:
         return ""
 
 
-def _content(step: Step) -> tuple[str, str, str, str]:
-    # what a rewrite of the same run keeps: not its tokens, which some readers estimate over the
-    # whole run (chars/4 scaled to the run's totals) and so change as the run grows
-    return (step.kind, step.tool, step.action, step.observation)
+def _call(step: Step) -> tuple[str, str, str]:
+    # what a rewrite of the same run keeps of a step: its call. Not its tokens (some readers
+    # estimate them over the whole run, chars/4 scaled to its totals) nor its observation (a
+    # harness may save a step before its format error or submission message is appended)
+    return (step.kind, step.tool, step.action)
+
+
+def same_run(old: Trajectory, new: Trajectory) -> bool:
+    """`new` has `old`'s run id and task (a task not known yet when `old` was read may appear)."""
+    return new.id == old.id and (not old.task or new.task == old.task)
 
 
 def continues(old: Trajectory, seen: int, new: Trajectory) -> bool:
-    """`new` is `old` written again and grown: the same run id and task, and its first `seen`
-    steps (those already observed) are `old`'s."""
-    if new.id != old.id or new.task != old.task or len(new.steps) < seen or len(old.steps) < seen:
+    """`new` is `old` written again and grown: the same run (`same_run`), and the calls of its
+    first `seen` steps (those already observed) are `old`'s."""
+    if not same_run(old, new) or len(new.steps) < seen or len(old.steps) < seen:
         return False
-    return all(
-        _content(a) == _content(b) for a, b in zip(old.steps[:seen], new.steps[:seen], strict=True)
-    )
+    pairs = zip(old.steps[:seen], new.steps[:seen], strict=True)
+    return all(_call(a) == _call(b) for a, b in pairs)
 
 
 def written_bytes(path: Path) -> int:

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.types import Decision, Step, Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
-from serving.run_identity import FileMark, continues
+from serving.run_identity import FileMark, continues, same_run
 from serving.transcripts import read_transcript
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,13 @@ def awaits_result(step: Step) -> bool:
     """A tool call whose result may not have been written yet: an action with no observation
     and no error."""
     return step.kind == "action" and not step.observation and not step.is_error
+
+
+def held_back(step: Step) -> bool:
+    """A last step that may still change: a call awaiting its result, or a reply with no call
+    yet (Claude Code writes a response's text and its tool call as two records of one message:
+    read between them, the step is prose, then a call)."""
+    return awaits_result(step) or step.kind == "message"
 
 
 class WatchSession(Protocol):
@@ -120,18 +127,21 @@ class TranscriptWatch:
         self.totals: dict[str, float] = {"steps": 0, "tokens": 0, "dollars": 0.0}
         """Steps, tokens and dollars of every step observed, over all runs at this path."""
         self._step_dollars = 0.0  # the current run's observed steps' costs
+        self._step_tokens = 0  # the current run's observed steps' tokens, as counted
         self._run_dollars = 0.0  # what the current run added to totals["dollars"]
         self._held = (0, 0)  # steps and tokens of held calls counted in totals
+        self._error = ""  # why the file could not be read at the last poll ("" when it could)
 
     def poll(self, *, final: bool = False) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
 
-        A tool call at the end of the file whose result has not been written yet (an action
-        with no observation and no error: stream formats such as Claude Code's write the call
-        and its result as two records) is held back until its result or a later step arrives,
-        so it is scored with what it returned; `final=True` (the run is over) observes it as it
-        is. Returns [] while the file is missing or not yet readable as a transcript (an agent
-        may not have written its first complete record).
+        A step at the end of the file that may still change (`held_back`: a tool call whose
+        result has not been written yet, or a reply with no call yet; stream formats such as
+        Claude Code's write a response's text, its call and the call's result as separate
+        records) is held back until a later step arrives, so it is scored as it ended;
+        `final=True` (the run is over) observes it as it is. A run is opened once it has a
+        step (by then its task is known). Returns [] while the file is missing or not readable
+        as a transcript (not yet complete, or half rewritten: the run goes on once it reads).
 
         Raises:
             TranscriptTooLarge: past max_bytes or max_steps.
@@ -145,34 +155,57 @@ class TranscriptWatch:
             traj = read_transcript(self.path, self.fmt, max_bytes=self.max_bytes)
         except TranscriptTooLarge:
             raise
-        except TranscriptError:
-            if why:  # what was there is gone; wait for the new run to become readable
-                self._replaced(why, mark)
+        except TranscriptError as e:
+            # half written (a rewrite in place truncates the file first) or a new run not yet
+            # readable: which it was is decided by its content once it reads again
+            self._unreadable(e)
             return []
         if len(traj.steps) > self.max_steps:
             raise TranscriptTooLarge(
                 self.path,
                 f"{len(traj.steps)} steps, over the limit of {self.max_steps} (--max-steps)",
             )
-        if not why and self.session is not None and len(traj.steps) < self.seen:
-            why = f"it now has {len(traj.steps)} steps, {self.seen} were seen"
-        elif why and self.traj is not None and self.session is not None and not self.ended:
-            if continues(self.traj, self.seen, traj):  # rewritten whole, grown: the same run
-                log.debug("%s: %s, but it is run %r grown; followed", self.path, why, self.run)
-                why = ""
+        self._error = ""
+        if self.session is not None and not self.ended and self.traj is not None:
+            why = self._another_run(why, traj)
         out: list[Decision] = []
         if why:
             out += self._replaced(why, mark)
         self._mark = mark
         self.traj = traj
         if self.session is None:
+            if not traj.steps and not final:
+                return out  # opened when its first step is there: its task and id are by then
             self._start(traj, why)
         cut = len(traj.steps)
-        while not final and cut > self.seen and awaits_result(traj.steps[cut - 1]):
+        while not final and cut > self.seen and held_back(traj.steps[cut - 1]):
             cut -= 1
         out += self._observe(traj.steps[self.seen : cut])
         self._account()
         return out
+
+    def _another_run(self, why: str, traj: Trajectory) -> str:
+        """Why `traj` is not the current run grown ("" when it is): the file's mark said it was
+        replaced and its content does not continue the run, or it has fewer steps, or another
+        run id or task (another run written over the file in place, a new aider session)."""
+        old = self.traj
+        assert old is not None
+        if len(traj.steps) < self.seen:
+            return why or f"it now has {len(traj.steps)} steps, {self.seen} were seen"
+        if not same_run(old, traj):
+            return why or f"another run was written over it (run {traj.id!r})"
+        if why and not continues(old, self.seen, traj):
+            return why
+        if why:  # rewritten whole, grown: the same run
+            log.debug("%s: %s, but it is run %r grown; followed", self.path, why, self.run)
+        return ""
+
+    def _unreadable(self, error: TranscriptError) -> None:
+        """Say once why a transcript that was read before cannot be read now."""
+        msg = str(error)
+        if self.runs and msg != self._error:
+            log.warning("%s (waiting for it to read again)", msg)
+        self._error = msg
 
     def _observe(self, steps: list[Step]) -> list[Decision]:
         """Observe `steps` (the next ones of the current run); count them in the totals."""
@@ -181,6 +214,7 @@ class TranscriptWatch:
             self.seen += 1  # before observing: a session that raises must not see it again
             self.totals["steps"] += 1
             self.totals["tokens"] += step.tokens
+            self._step_tokens += step.tokens
             self._step_dollars += step.cost_usd or 0.0
             assert self.session is not None
             out.append(self.session.observe(step))
@@ -189,10 +223,17 @@ class TranscriptWatch:
     def _account(self) -> None:
         """Totals beyond the observed steps: the calls held for their results (their model
         calls were made: the budgets count them now, and not again once observed), and a run's
-        reported total cost where its steps carry less (Claude Code's result record), once."""
+        reported total cost where its steps carry less (Claude Code's result record), once; and
+        tokens the observed steps carry only once re-read (Codex reports a turn's usage after
+        its steps, in `turn.completed`)."""
         traj = self.traj
         live = traj is not None and self.session is not None and not self.ended
         held = traj.steps[self.seen :] if live and traj is not None else []
+        if live and traj is not None:
+            now = sum(s.tokens for s in traj.steps[: self.seen])
+            if now > self._step_tokens:  # only ever more: estimates may shrink as a run grows
+                self.totals["tokens"] += now - self._step_tokens
+                self._step_tokens = now
         steps, tokens = len(held), sum(s.tokens for s in held)
         self.totals["steps"] += steps - self._held[0]
         self.totals["tokens"] += tokens - self._held[1]
@@ -237,6 +278,7 @@ class TranscriptWatch:
         )
         self.seen = 0
         self._step_dollars = self._run_dollars = 0.0
+        self._step_tokens = 0
         self.ended = False
         if self.on_new_run is not None:
             self.on_new_run(run, why)

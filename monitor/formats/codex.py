@@ -102,10 +102,11 @@ def _step(item: dict[str, Any], index: int, thought: str) -> Step | None:
         tool = f"{as_str(item.get('server'))}.{as_str(item.get('tool'))}"
         err = as_str(as_dict(item.get("error")).get("message"))
         result = as_dict(item.get("result"))
-        obs = (
+        structured = result.get("structured_content")
+        obs = (  # "" while the call runs (item.started: no result yet), so a watch holds it
             err
             or content_text(result.get("content"))
-            or compact_json(result.get("structured_content") or "")
+            or (compact_json(structured) if structured not in (None, "") else "")
         )
         args = item.get("arguments")
         return Step(

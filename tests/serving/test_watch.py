@@ -257,7 +257,7 @@ def test_another_json_run_saved_over_it_is_a_new_run(data_dir, tmp_path):
 
 
 def test_a_json_run_whose_seen_steps_changed_is_a_new_run(data_dir, tmp_path):
-    """Same file, same task, but a step already observed now reads otherwise (an agent restarted
+    """Same file, same task, but a call already observed now reads otherwise (an agent restarted
     on the same path): not spliced onto the old run."""
     monitor, _ = _monitor()
     traj = _mini_traj(data_dir, "astropy__astropy-12907")
@@ -267,7 +267,7 @@ def test_a_json_run_whose_seen_steps_changed_is_a_new_run(data_dir, tmp_path):
     watch.poll()
     changed = _with_steps(traj, 4)
     changed["messages"] = [dict(m) for m in changed["messages"]]
-    changed["messages"][3]["content"] = "<returncode>1</returncode><output>restarted</output>"
+    changed["messages"][2]["content"] = "Let me look first.\n\n```bash\nls -la /testbed\n```"
     _save_atomically(path, changed)
     again = watch.poll()
     assert again
@@ -310,7 +310,7 @@ def test_a_users_aider_history_is_watched_at_its_latest_session(fixtures_dir, tm
     assert len(watch.poll()) == 2
     with open(path, "a") as f:  # today's session opens, then the model replies
         f.write(text[second:])
-    today = watch.poll()
+    today = watch.poll(final=True)  # its one reply is prose: held until the session is over
     assert [d.step for d in today] == [1]
     assert len(watch.runs) == 2
     assert "/session-1/" in watch.runs[0]

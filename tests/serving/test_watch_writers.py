@@ -1,0 +1,167 @@
+"""serving.watch against the ways real harnesses write their transcripts: a poll inside an
+in-place rewrite, another run written over a file in place, a response written as two records, a
+tool call started before its result, usage reported after its steps, a first save without the
+task. Each scored step must be the finished run's step, once, in one run."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+
+from monitor.decision_log import DecisionLog
+from monitor.policy import PolicyConfig
+from monitor.scripted import ScriptedScorer
+from monitor.session import Monitor
+from serving.transcripts import read_transcript
+from serving.watch import TranscriptWatch
+
+
+class _Recorder:
+    """A Monitor that remembers each session's task and the calls it was shown."""
+
+    def __init__(self) -> None:
+        cfg = PolicyConfig(stuck={"enabled": False})  # no halts: count what is seen
+        self.monitor = Monitor(cfg, scorer=ScriptedScorer([0.1]), log=DecisionLog(io.StringIO()))
+        self.tasks: list[str] = []
+        self.calls: list[tuple] = []
+
+    def start(self, task: str = "", *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        self.tasks.append(task)
+        session = self.monitor.start(task, *args, **kwargs)
+        observe = session.observe
+
+        def seen(step):  # noqa: ANN001, ANN202
+            self.calls.append((step.kind, step.tool, step.action, step.observation, step.is_error))
+            return observe(step)
+
+        session.observe = seen  # type: ignore[method-assign]
+        return session
+
+
+def _calls(path, fmt: str) -> list[tuple]:
+    steps = read_transcript(path, fmt).steps
+    return [(s.kind, s.tool, s.action, s.observation, s.is_error) for s in steps]
+
+
+def _mini(data_dir, instance: str) -> dict:
+    src = data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro" / "trajs" / instance
+    return json.loads(gzip.open(src / f"{instance}.traj.json.gz").read())
+
+
+def _saved_after(traj: dict, k: int) -> str:
+    return json.dumps({**traj, "messages": traj["messages"][: 2 + 2 * k], "info": {}}, indent=2)
+
+
+def test_a_poll_inside_an_in_place_rewrite_does_not_restart_the_run(data_dir, tmp_path):
+    """`Path.write_text` truncates, then writes: a poll in between found the file shrunk and
+    unreadable, ended the run, and the next poll scored every step again as a new run."""
+    rec = _Recorder()
+    traj = _mini(data_dir, "astropy__astropy-12907")
+    n = (len(traj["messages"]) - 2) // 2
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, rec, fmt="mini-swe-agent")
+    for k in range(1, n + 1):
+        path.write_text("")  # the truncation, seen by a poll
+        watch.poll()
+        path.write_text(_saved_after(traj, k))
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "mini-swe-agent")
+
+
+def test_another_run_written_over_a_file_in_place_is_a_new_run(data_dir, tmp_path):
+    """Same inode, the same first line (`{`), a larger file: only the content says that another
+    task's run was written over a killed one."""
+    rec = _Recorder()
+    first, other = (
+        _mini(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
+    )
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, rec, fmt="mini-swe-agent")
+    path.write_text(_saved_after(first, 1))
+    assert len(watch.poll()) == 1
+    path.write_text(_saved_after(other, 4))
+    again = watch.poll()
+    assert len(watch.runs) == 2
+    assert [d.step for d in again][:1] == [1]
+    assert len(rec.tasks) == 2
+    assert rec.tasks[1] == read_transcript(path, "mini-swe-agent").task != rec.tasks[0]
+
+
+def test_a_response_written_as_two_records_is_scored_as_its_call(fixtures_dir, tmp_path):
+    """Claude Code writes a response's text and its tool_use as two lines of one message: a poll
+    between them saw a prose step, and the call that replaced it was never scored."""
+    rec = _Recorder()
+    lines = (fixtures_dir / "claude_code_constructed_stream.jsonl").read_text().splitlines(True)
+    path = tmp_path / "run.jsonl"
+    watch = TranscriptWatch(path, rec, fmt="claude-code")
+    for line in lines:
+        with open(path, "a") as f:
+            f.write(line)
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "claude-code")
+
+
+def test_a_codex_call_started_is_scored_with_its_result(fixtures_dir, tmp_path):
+    """An mcp_tool_call's item.started (no result yet) read as the call's answer '""', so it was
+    scored at once and its item.completed (an error) never was; and the turn's usage, reported
+    after its steps in turn.completed, never reached the budgets' token count."""
+    rec = _Recorder()
+    lines = (fixtures_dir / "codex_constructed_exec.jsonl").read_text().splitlines(True)
+    path = tmp_path / "run.jsonl"
+    watch = TranscriptWatch(path, rec, fmt="codex")
+    for line in lines:
+        with open(path, "a") as f:
+            f.write(line)
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    final = read_transcript(path, "codex")
+    assert rec.calls == _calls(path, "codex")
+    assert any(c[1] == "docs.search" and c[4] for c in rec.calls)  # its error
+    assert watch.totals["tokens"] == sum(s.tokens for s in final.steps) > 0
+
+
+def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
+    """An ATIF file first saved with its system step only (no task yet): the session was opened
+    with an empty task, or the run split in two when the task appeared."""
+    rec = _Recorder()
+    doc = json.loads((fixtures_dir / "atif_constructed_v1.json").read_text())
+    path = tmp_path / "trajectory.json"
+    watch = TranscriptWatch(path, rec, fmt="atif")
+    for k in range(1, len(doc["steps"]) + 1):
+        tmp = path.with_name("trajectory.json.tmp")
+        tmp.write_text(json.dumps({**doc, "steps": doc["steps"][:k]}))
+        tmp.replace(path)
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.tasks == [read_transcript(path, "atif").task]
+    assert rec.tasks[0]
+
+
+def test_a_file_that_stops_reading_is_said_once(fixtures_dir, tmp_path, caplog):
+    """OpenHands appends a second instance's line to output.jsonl: the file holds two runs and
+    no longer reads as one; the watch said nothing and scored nothing more."""
+    rec = _Recorder()
+    line = (fixtures_dir / "openhands_constructed_output.jsonl").read_text().splitlines(True)[0]
+    path = tmp_path / "output.jsonl"
+    path.write_text(line)
+    watch = TranscriptWatch(path, rec, fmt="openhands")
+    assert watch.poll(final=True)
+    with open(path, "a") as f:
+        f.write(line.replace('"instance_id": "', '"instance_id": "other-', 1))
+    with caplog.at_level(logging.WARNING, logger="serving.watch"):
+        for _ in range(3):
+            assert watch.poll() == []
+    said = [r for r in caplog.records if "waiting for it to read again" in r.getMessage()]
+    assert len(said) == 1
+    assert "2 OpenHands runs" in said[0].getMessage()
