@@ -66,7 +66,7 @@ _ERROR = re.compile(
 # Where the issue text sits in the first user message: (start, end) markers, found with str.find
 # (as regexes `start(.*?)end` they are quadratic without an end, cubic on long runs of spaces).
 _ISSUE = (
-    ("ISSUE:\n", "\n\nINSTRUCTIONS:"),
+    ("ISSUE:\n", "\n\nINSTRUCTION"),  # "INSTRUCTIONS:" (SWE-agent), "INSTRUCTION:" (CodeR's Manager)
     ("<pr_description>", "</pr_description>"),
     ("<issue>", "</issue>"),
 )
