@@ -65,8 +65,9 @@ _ERROR = re.compile(
 )
 # Where the issue text sits in the first user message: (start, end) markers, found with str.find
 # (as regexes `start(.*?)end` they are quadratic without an end, cubic on long runs of spaces).
+# "INSTRUCTION" ends SWE-agent's "INSTRUCTIONS:" and CodeR's Manager's "INSTRUCTION:".
 _ISSUE = (
-    ("ISSUE:\n", "\n\nINSTRUCTION"),  # "INSTRUCTIONS:" (SWE-agent), "INSTRUCTION:" (CodeR's Manager)
+    ("ISSUE:\n", "\n\nINSTRUCTION"),
     ("<pr_description>", "</pr_description>"),
     ("<issue>", "</issue>"),
 )
