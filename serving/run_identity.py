@@ -1,4 +1,5 @@
-"""Is the transcript at a watched path still the run that was being watched?
+"""Is the transcript at a watched path still the run that was being watched, and which of its
+steps are settled?
 
 Two signs, checked at every poll of serving.watch.TranscriptWatch:
 - the file's mark (`FileMark`): its inode, its size and its first line. An append-only transcript
@@ -8,6 +9,9 @@ Two signs, checked at every poll of serving.watch.TranscriptWatch:
   temporary file renamed over it) changes its mark at every step when it is compact or replaced
   atomically, yet it is the same run when it has the same run id and task and the steps already
   observed are the first steps of the new content. Such a rewrite is followed as growth.
+
+A last step may still change (`held_back`, `OUTPUT_AFTER`): the watch scores it when the next
+step arrives or the run ends.
 """
 
 from __future__ import annotations
@@ -98,3 +102,21 @@ def written_bytes(path: Path) -> int:
         return total
     except OSError:
         return -1
+
+
+def awaits_result(step: Step) -> bool:
+    """A tool call whose result may not have been written yet: an action with no observation
+    and no error."""
+    return step.kind == "action" and not step.observation and not step.is_error
+
+
+OUTPUT_AFTER = frozenset({"aider"})
+"""Formats whose last step's observation is written after it in pieces (aider: a reply, then its
+edits applied, lint and test output), so the last step is scored when the next one starts."""
+
+
+def held_back(step: Step) -> bool:
+    """A last step that may still change: a call awaiting its result, or a reply with no call
+    yet (Claude Code writes a response's text and its tool call as two records of one message:
+    read between them, the step is prose, then a call)."""
+    return awaits_result(step) or step.kind == "message"

@@ -31,23 +31,10 @@ from typing import Any, Literal, Protocol
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.types import Decision, Step, Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
-from serving.run_identity import FileMark, continues, same_run
+from serving.run_identity import OUTPUT_AFTER, FileMark, continues, held_back, same_run
 from serving.transcripts import read_transcript
 
 log = logging.getLogger(__name__)
-
-
-def awaits_result(step: Step) -> bool:
-    """A tool call whose result may not have been written yet: an action with no observation
-    and no error."""
-    return step.kind == "action" and not step.observation and not step.is_error
-
-
-def held_back(step: Step) -> bool:
-    """A last step that may still change: a call awaiting its result, or a reply with no call
-    yet (Claude Code writes a response's text and its tool call as two records of one message:
-    read between them, the step is prose, then a call)."""
-    return awaits_result(step) or step.kind == "message"
 
 
 class WatchSession(Protocol):
@@ -180,6 +167,8 @@ class TranscriptWatch:
         cut = len(traj.steps)
         while not final and cut > self.seen and held_back(traj.steps[cut - 1]):
             cut -= 1
+        if not final and cut == len(traj.steps) > self.seen and traj.format in OUTPUT_AFTER:
+            cut -= 1  # its output (edits applied, lint, tests) is still being appended
         out += self._observe(traj.steps[self.seen : cut])
         self._account()
         return out

@@ -307,11 +307,11 @@ def test_a_users_aider_history_is_watched_at_its_latest_session(fixtures_dir, tm
     path.parent.mkdir()
     path.write_text(text[:second])  # yesterday's session
     watch = TranscriptWatch(path, monitor)
-    assert len(watch.poll()) == 2
+    assert len(watch.poll()) == 1  # its last reply is held: aider may still append its output
     with open(path, "a") as f:  # today's session opens, then the model replies
         f.write(text[second:])
-    today = watch.poll(final=True)  # its one reply is prose: held until the session is over
-    assert [d.step for d in today] == [1]
+    today = watch.poll(final=True)
+    assert [d.step for d in today] == [2, 1]  # yesterday's last reply, then today's
     assert len(watch.runs) == 2
     assert "/session-1/" in watch.runs[0]
     assert "/session-2/" in watch.runs[1]

@@ -165,3 +165,20 @@ def test_a_file_that_stops_reading_is_said_once(fixtures_dir, tmp_path, caplog):
     said = [r for r in caplog.records if "waiting for it to read again" in r.getMessage()]
     assert len(said) == 1
     assert "2 OpenHands runs" in said[0].getMessage()
+
+
+def test_an_aider_reply_is_scored_with_the_output_that_follows_it(fixtures_dir, tmp_path):
+    """aider appends a reply, then its edits applied, lint errors and test output: a reply was
+    scored at its first output line, and the failing lint that followed never reached it."""
+    rec = _Recorder()
+    src = (fixtures_dir / "aider_constructed_harness.md").read_text().splitlines(True)
+    path = tmp_path / "astropy__astropy-12907.md"
+    watch = TranscriptWatch(path, rec, fmt="aider")
+    for line in src:
+        with open(path, "a") as f:
+            f.write(line)
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "aider")
