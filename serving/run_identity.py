@@ -116,7 +116,8 @@ edits applied, lint and test output), so the last step is scored when the next o
 
 
 def held_back(step: Step) -> bool:
-    """A last step that may still change: a call awaiting its result, or a reply with no call
-    yet (Claude Code writes a response's text and its tool call as two records of one message:
-    read between them, the step is prose, then a call)."""
-    return awaits_result(step) or step.kind == "message"
+    """A last step that may still change: a call awaiting its result, a reply with no call yet
+    (Claude Code writes a response's text and its tool call as two records of one message: read
+    between them, the step is prose, then a call), or any step with nothing answered yet (a
+    harness may save a format error or a submission before the message that answers it)."""
+    return awaits_result(step) or step.kind == "message" or not step.observation

@@ -182,3 +182,31 @@ def test_an_aider_reply_is_scored_with_the_output_that_follows_it(fixtures_dir, 
     watch.end()
     assert len(watch.runs) == 1
     assert rec.calls == _calls(path, "aider")
+
+
+def test_a_step_saved_before_its_answer_is_scored_with_it(data_dir, tmp_path):
+    """A mini-swe-agent harness that saves a step before the message answering it (a format
+    error's text, the submission) is appended: such a step was scored with nothing answered."""
+    from monitor.formats.minisweagent import _FORMAT_ERROR
+
+    rec = _Recorder()
+    traj = _mini(data_dir, "django__django-15127")
+    msgs = traj["messages"]
+    replies = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    path = tmp_path / "run.traj.json"
+    watch = TranscriptWatch(path, rec, fmt="mini-swe-agent")
+    late = 0
+    for k, i in enumerate(replies):
+        answer = msgs[i + 1]["content"] if i + 1 < len(msgs) else ""
+        if isinstance(answer, str) and answer.lstrip().startswith(_FORMAT_ERROR):
+            late += 1
+            path.write_text(json.dumps({**traj, "messages": msgs[: i + 1], "info": {}}))
+            watch.poll()  # the step saved before its answer
+        cut = replies[k + 1] if k + 1 < len(replies) else len(msgs)
+        path.write_text(json.dumps({**traj, "messages": msgs[:cut], "info": {}}))
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert late  # the run has a format error answered late
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "mini-swe-agent")
