@@ -14,6 +14,7 @@ from monitor.policy import PolicyConfig
 from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
 from serving.watch import TranscriptReplaced, TranscriptWatch
+from tests.watch_helpers import mini_run, saved_after
 
 
 def _monitor() -> tuple[Monitor, io.StringIO]:
@@ -201,19 +202,6 @@ def test_held_calls_count_once_when_the_run_is_replaced_or_ends(fixtures_dir, tm
         watch_mod.read_transcript = real  # type: ignore[assignment]
 
 
-def _mini_traj(data_dir, instance: str) -> dict:
-    import gzip
-
-    src = data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro" / "trajs"
-    return json.loads(gzip.open(src / instance / f"{instance}.traj.json.gz").read())
-
-
-def _with_steps(traj: dict, k: int) -> dict:
-    """The run as mini-swe-agent saves it after its k-th step: system and task messages, then a
-    model answer and its observation per step."""
-    return {**traj, "messages": traj["messages"][: 2 + 2 * k], "info": {}}
-
-
 def _save_atomically(path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))  # compact: the first line is the whole document
@@ -225,13 +213,13 @@ def test_a_json_run_saved_whole_after_every_step_is_one_run(data_dir, tmp_path):
     temporary file (new inode, new first line each time), is followed as one run growing: each
     step observed once, never a new run per save."""
     monitor, sink = _monitor()
-    traj = _mini_traj(data_dir, "astropy__astropy-12907")
+    traj = mini_run(data_dir, "astropy__astropy-12907")
     n = (len(traj["messages"]) - 2) // 2
     path = tmp_path / "run.traj.json"
     watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
     decisions = []
     for k in range(1, n + 1):
-        _save_atomically(path, _with_steps(traj, k))
+        _save_atomically(path, saved_after(traj, k))
         decisions += watch.poll()
     watch.end()
     assert len(watch.runs) == 1
@@ -243,13 +231,13 @@ def test_a_json_run_saved_whole_after_every_step_is_one_run(data_dir, tmp_path):
 def test_another_json_run_saved_over_it_is_a_new_run(data_dir, tmp_path):
     monitor, _ = _monitor()
     first, other = (
-        _mini_traj(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
+        mini_run(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
     )
     path = tmp_path / "run.traj.json"
     watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
-    _save_atomically(path, _with_steps(first, 3))
+    _save_atomically(path, saved_after(first, 3))
     assert len(watch.poll()) >= 2
-    _save_atomically(path, _with_steps(other, 4))  # another task: a new run
+    _save_atomically(path, saved_after(other, 4))  # another task: a new run
     again = watch.poll()
     assert again
     assert again[0].step == 1
@@ -260,12 +248,12 @@ def test_a_json_run_whose_seen_steps_changed_is_a_new_run(data_dir, tmp_path):
     """Same file, same task, but a call already observed now reads otherwise (an agent restarted
     on the same path): not spliced onto the old run."""
     monitor, _ = _monitor()
-    traj = _mini_traj(data_dir, "astropy__astropy-12907")
+    traj = mini_run(data_dir, "astropy__astropy-12907")
     path = tmp_path / "run.traj.json"
     watch = TranscriptWatch(path, monitor, fmt="mini-swe-agent")
-    _save_atomically(path, _with_steps(traj, 3))
+    _save_atomically(path, saved_after(traj, 3))
     watch.poll()
-    changed = _with_steps(traj, 4)
+    changed = saved_after(traj, 4)
     changed["messages"] = [dict(m) for m in changed["messages"]]
     changed["messages"][2]["content"] = "Let me look first.\n\n```bash\nls -la /testbed\n```"
     _save_atomically(path, changed)

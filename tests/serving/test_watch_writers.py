@@ -5,7 +5,6 @@ task. Each scored step must be the finished run's step, once, in one run."""
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import logging
@@ -16,6 +15,7 @@ from monitor.scripted import ScriptedScorer
 from monitor.session import Monitor
 from serving.transcripts import read_transcript
 from serving.watch import TranscriptWatch
+from tests.watch_helpers import append_lines, mini_run, saved_after
 
 
 class _Recorder:
@@ -40,32 +40,27 @@ class _Recorder:
         return session
 
 
+def _saved(traj: dict, k: int) -> str:
+    return json.dumps(saved_after(traj, k), indent=2)  # as mini-swe-agent writes it
+
+
 def _calls(path, fmt: str) -> list[tuple]:
     steps = read_transcript(path, fmt).steps
     return [(s.kind, s.tool, s.action, s.observation, s.is_error) for s in steps]
-
-
-def _mini(data_dir, instance: str) -> dict:
-    src = data_dir / "swe-bench-verified" / "mini-swe-agent-gemini-3-pro" / "trajs" / instance
-    return json.loads(gzip.open(src / f"{instance}.traj.json.gz").read())
-
-
-def _saved_after(traj: dict, k: int) -> str:
-    return json.dumps({**traj, "messages": traj["messages"][: 2 + 2 * k], "info": {}}, indent=2)
 
 
 def test_a_poll_inside_an_in_place_rewrite_does_not_restart_the_run(data_dir, tmp_path):
     """`Path.write_text` truncates, then writes: a poll in between found the file shrunk and
     unreadable, ended the run, and the next poll scored every step again as a new run."""
     rec = _Recorder()
-    traj = _mini(data_dir, "astropy__astropy-12907")
+    traj = mini_run(data_dir, "astropy__astropy-12907")
     n = (len(traj["messages"]) - 2) // 2
     path = tmp_path / "run.traj.json"
     watch = TranscriptWatch(path, rec, fmt="mini-swe-agent")
     for k in range(1, n + 1):
         path.write_text("")  # the truncation, seen by a poll
         watch.poll()
-        path.write_text(_saved_after(traj, k))
+        path.write_text(_saved(traj, k))
         watch.poll()
     watch.poll(final=True)
     watch.end()
@@ -78,13 +73,13 @@ def test_another_run_written_over_a_file_in_place_is_a_new_run(data_dir, tmp_pat
     task's run was written over a killed one."""
     rec = _Recorder()
     first, other = (
-        _mini(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
+        mini_run(data_dir, i) for i in ("astropy__astropy-12907", "astropy__astropy-13236")
     )
     path = tmp_path / "run.traj.json"
     watch = TranscriptWatch(path, rec, fmt="mini-swe-agent")
-    path.write_text(_saved_after(first, 1))
+    path.write_text(_saved(first, 1))
     assert len(watch.poll()) == 1
-    path.write_text(_saved_after(other, 4))
+    path.write_text(_saved(other, 4))
     again = watch.poll()
     assert len(watch.runs) == 2
     assert [d.step for d in again][:1] == [1]
@@ -99,10 +94,7 @@ def test_a_response_written_as_two_records_is_scored_as_its_call(fixtures_dir, t
     lines = (fixtures_dir / "claude_code_constructed_stream.jsonl").read_text().splitlines(True)
     path = tmp_path / "run.jsonl"
     watch = TranscriptWatch(path, rec, fmt="claude-code")
-    for line in lines:
-        with open(path, "a") as f:
-            f.write(line)
-        watch.poll()
+    append_lines(path, lines, watch.poll)
     watch.poll(final=True)
     watch.end()
     assert len(watch.runs) == 1
@@ -117,10 +109,7 @@ def test_a_codex_call_started_is_scored_with_its_result(fixtures_dir, tmp_path):
     lines = (fixtures_dir / "codex_constructed_exec.jsonl").read_text().splitlines(True)
     path = tmp_path / "run.jsonl"
     watch = TranscriptWatch(path, rec, fmt="codex")
-    for line in lines:
-        with open(path, "a") as f:
-            f.write(line)
-        watch.poll()
+    append_lines(path, lines, watch.poll)
     watch.poll(final=True)
     watch.end()
     final = read_transcript(path, "codex")
@@ -174,10 +163,7 @@ def test_an_aider_reply_is_scored_with_the_output_that_follows_it(fixtures_dir, 
     src = (fixtures_dir / "aider_constructed_harness.md").read_text().splitlines(True)
     path = tmp_path / "astropy__astropy-12907.md"
     watch = TranscriptWatch(path, rec, fmt="aider")
-    for line in src:
-        with open(path, "a") as f:
-            f.write(line)
-        watch.poll()
+    append_lines(path, src, watch.poll)
     watch.poll(final=True)
     watch.end()
     assert len(watch.runs) == 1
@@ -190,7 +176,7 @@ def test_a_step_saved_before_its_answer_is_scored_with_it(data_dir, tmp_path):
     from monitor.formats.minisweagent import _FORMAT_ERROR
 
     rec = _Recorder()
-    traj = _mini(data_dir, "django__django-15127")
+    traj = mini_run(data_dir, "django__django-15127")
     msgs = traj["messages"]
     replies = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
     path = tmp_path / "run.traj.json"
