@@ -104,20 +104,14 @@ def written_bytes(path: Path) -> int:
         return -1
 
 
-def awaits_result(step: Step) -> bool:
-    """A tool call whose result may not have been written yet: an action with no observation
-    and no error."""
-    return step.kind == "action" and not step.observation and not step.is_error
-
-
 OUTPUT_AFTER = frozenset({"aider"})
 """Formats whose last step's observation is written after it in pieces (aider: a reply, then its
 edits applied, lint and test output), so the last step is scored when the next one starts."""
 
 
 def held_back(step: Step) -> bool:
-    """A last step that may still change: a call awaiting its result, a reply with no call yet
-    (Claude Code writes a response's text and its tool call as two records of one message: read
-    between them, the step is prose, then a call), or any step with nothing answered yet (a
-    harness may save a format error or a submission before the message that answers it)."""
-    return awaits_result(step) or step.kind == "message" or not step.observation
+    """A last step that may still change: any step with nothing answered yet (a call awaiting
+    its result; a format error or a submission a harness saved before the message that answers
+    it), or a reply with no call yet (Claude Code writes a response's text and its tool call as
+    two records of one message: read between them, the step is prose, then a call)."""
+    return not step.observation or step.kind == "message"
