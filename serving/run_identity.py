@@ -40,7 +40,7 @@ class FileMark:
         """The mark of the file at `path` now (a folder: its inode only); None when there is none."""
         try:
             st = os.stat(path)
-            if os.path.isdir(path):  # a run kept as a folder (OpenHands events, a Harbor trial):
+            if os.path.isdir(path):  # a run kept as a folder (a Harbor trial, llm_completions/):
                 return cls(st.st_dev, st.st_ino, 0, "")  # told apart by its content alone
             if not os.path.isfile(path):
                 return None
