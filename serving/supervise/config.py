@@ -29,7 +29,11 @@ class SuperviseConfig:
     max_bytes: int = MAX_TRANSCRIPT_BYTES
     max_steps: int = MAX_STEPS
 
+    @property
+    def kept_prefix(self) -> Path:
+        """What every attempt's kept file is named from: FILE.attempt- beside the transcript."""
+        return self.transcript.with_name(f"{self.transcript.name}.attempt-")
+
     def kept(self, attempt: int, suffix: str = "") -> Path:
         """Where attempt `attempt`'s files go beside the transcript (FILE.attempt-N[suffix])."""
-        t = self.transcript
-        return t.with_name(f"{t.name}.attempt-{attempt}{suffix}")
+        return self.kept_prefix.with_name(f"{self.kept_prefix.name}{attempt}{suffix}")

@@ -56,13 +56,7 @@ class Supervisor:
         self._repo = git.is_repo(cfg.workdir)
         # our own files stay out of every diff and survive every reset (serving.supervise.git)
         own = [cfg.transcript] + ([cfg.summary] if cfg.summary is not None else [])
-        self._keep = (
-            git.keep_specs(
-                cfg.workdir, own, [cfg.transcript.with_name(f"{cfg.transcript.name}.attempt-")]
-            )
-            if self._repo
-            else []
-        )
+        self._keep = git.keep_specs(cfg.workdir, own, [cfg.kept_prefix]) if self._repo else []
 
     # ------------------------------------------------------------------ the loop
 
@@ -135,8 +129,8 @@ class Supervisor:
 
     def _own_files(self) -> list[Path]:
         """The files of ours that exist now: the kept attempts, packets, prompts, the summary."""
-        t = self.cfg.transcript
-        own = [p for p in t.parent.glob(f"{glob.escape(t.name)}.attempt-*") if p.is_file()]
+        prefix = self.cfg.kept_prefix
+        own = [p for p in prefix.parent.glob(f"{glob.escape(prefix.name)}*") if p.is_file()]
         return own + ([self.cfg.summary] if self.cfg.summary is not None else [])
 
     def _add_totals(self, attempt: dict[str, float]) -> None:
