@@ -176,15 +176,18 @@ class TranscriptWatch:
     def _another_run(self, why: str, traj: Trajectory) -> str:
         """Why `traj` is not the current run grown ("" when it is): the file's mark said it was
         replaced and its content does not continue the run, or it has fewer steps, or another
-        run id or task (another run written over the file in place, a new aider session)."""
+        run id or task (another run written over the file in place, a new aider session), or
+        its steps so far are not the observed ones (rewritten, or a folder's new attempt)."""
         old = self.traj
         assert old is not None
         if len(traj.steps) < self.seen:
             return why or f"it now has {len(traj.steps)} steps, {self.seen} were seen"
         if not same_run(old, traj):
             return why or f"another run was written over it (run {traj.id!r})"
-        if why and not continues(old, self.seen, traj):
-            return why
+        if (why or self.path.is_dir()) and not continues(old, self.seen, traj):
+            # a folder's mark never changes: its content alone tells (a rerun's call files
+            # beside a crashed attempt's in OpenHands' llm_completions/<instance>/)
+            return why or "its latest content does not continue the run (another attempt)"
         if why:  # rewritten whole, grown: the same run
             log.debug("%s: %s, but it is run %r grown; followed", self.path, why, self.run)
         return ""

@@ -25,8 +25,8 @@ with "ERROR". Tokens: these logs carry no usage (and cost 0 for this proxy), so 
 estimated from the characters it was sent and answered (monitor.ledger).
 
 A file is one run (its instance is the folder it sits in, or the file name). A folder of such
-files, one per call, is the same run seen at every call: `read` takes the folder and uses the
-file with the longest conversation.
+files, one per call, is the same run seen at every call: `read` takes the folder and uses its
+latest call file (by the time in the file names; else the longest conversation).
 """
 
 from __future__ import annotations
@@ -278,11 +278,26 @@ def _parse(path: Path, data: Any) -> Trajectory:
     )
 
 
-def _longest(folder: Path) -> Path:
-    """The call file with the longest conversation (the latest call of the run)."""
+def _call_time(path: Path) -> float | None:
+    """The unix time in a call file's name (`<model>-<unix time>.json`), None without one."""
+    head, sep, tail = file_stem(path).rpartition("-")
+    try:
+        return float(tail) if sep and _without_timestamp(file_stem(path)) == head else None
+    except ValueError:
+        return None
+
+
+def _latest(folder: Path) -> Path:
+    """The run's latest call file: by the time in its name when every file has one (a crashed
+    attempt's files stay beside a rerun's, so the longest conversation may be the old run's),
+    else the file with the longest conversation (within one run each call's conversation
+    extends the one before)."""
     files = _call_files(folder)
     if not files:
         raise TranscriptError(folder, "no OpenHands completion files (*.json) in this folder")
+    times = [_call_time(p) for p in files]
+    if all(t is not None for t in times):
+        return max(zip(times, files, strict=True), key=lambda tp: (tp[0], tp[1].name))[1]
     return max(files, key=lambda p: (len(read_bytes(p)), p.name))
 
 
@@ -290,6 +305,6 @@ def read(path: Path) -> Trajectory:
     """Parse an OpenHands completion log (a file, or a folder of per-call files) into steps."""
     path = Path(path)
     if path.is_dir():
-        path = _longest(path)
+        path = _latest(path)
     with malformed(path, "OpenHands completion log"):
         return _parse(path, load_json(path))

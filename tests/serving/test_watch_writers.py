@@ -196,3 +196,43 @@ def test_a_step_saved_before_its_answer_is_scored_with_it(data_dir, tmp_path):
     assert late  # the run has a format error answered late
     assert len(watch.runs) == 1
     assert rec.calls == _calls(path, "mini-swe-agent")
+
+
+def _openhands_calls(data_dir) -> list[dict]:  # noqa: ANN001
+    """An OpenHands run of ../shared/data as its per-call completion logs: call k's file holds
+    the conversation sent on call k and its response (the last call's file is the run's)."""
+    import gzip
+
+    folder = data_dir / "swe-bench-verified" / "openhands-claude-3.5-sonnet" / "trajs"
+    last = json.loads(gzip.open(next((folder / "astropy__astropy-12907").glob("*.json.gz"))).read())
+    msgs = last["messages"]
+    task = next(i for i, m in enumerate(msgs) if m["role"] == "user" and "NEW TASK" in str(m))
+    turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and i > task]
+    calls = []
+    for i in turns:
+        answer = {"choices": [{"message": {"role": "assistant", "content": msgs[i]["content"]}}]}
+        calls.append({"messages": msgs[:i], "response": answer})
+    return [*calls, {"messages": msgs, "response": last["response"]}]
+
+
+def test_a_rerun_beside_a_crashed_attempts_call_files_is_a_new_run(data_dir, tmp_path):
+    """OpenHands' llm_completions/<instance>/ keeps a crashed attempt's call files when the
+    instance is run again: the longest conversation (the old attempt's, until the rerun
+    outgrew it) was read, then the rerun's later calls were spliced onto the old run."""
+    calls = _openhands_calls(data_dir)
+    rerun = json.loads(json.dumps(calls).replace("I'll help", "(again) I'll help"))
+    folder = tmp_path / "llm_completions" / "astropy__astropy-12907"
+    folder.mkdir(parents=True)
+    rec = _Recorder()
+    watch = TranscriptWatch(folder, rec, fmt="openhands-completions")
+    for start, attempt in ((1743400000, calls[:10]), (1743500000, rerun)):
+        for k, doc in enumerate(attempt):
+            (folder / f"claude-{start + k}.000000.json").write_text(json.dumps(doc))
+            watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 2
+    assert watch.totals["steps"] == 10 + len(rerun)
+    last = read_transcript(folder, "openhands-completions")  # the rerun's latest call
+    assert last.steps[0].thought.startswith("(again)")
+    assert rec.calls[10:] == _calls(folder, "openhands-completions")
