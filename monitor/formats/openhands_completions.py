@@ -26,7 +26,10 @@ estimated from the characters it was sent and answered (monitor.ledger).
 
 A file is one run (its instance is the folder it sits in, or the file name). A folder of such
 files, one per call, is the same run seen at every call: `read` takes the folder and uses its
-latest call file (by the time in the file names; else the longest conversation).
+latest call file (by the time in the file names; else the longest conversation). A run whose
+history a condenser shortened (OpenHands' `[condenser]`, off in its SWE-bench evaluation by
+default) sends fewer turns on its later calls, so its latest file holds fewer steps than an
+earlier one: read so, it is the condensed view, and a watch takes it for another attempt.
 """
 
 from __future__ import annotations
