@@ -20,6 +20,7 @@ from monitor.formats import (
     moatless,
     openhands,
     openhands_completions,
+    openhands_sdk,
     sweagent,
 )
 
@@ -32,6 +33,7 @@ FORMATS: dict[str, ModuleType] = {
         harbor,
         openhands,
         openhands_completions,
+        openhands_sdk,
         moatless,
         claude_code,
         codex,

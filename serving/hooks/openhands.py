@@ -4,7 +4,10 @@ and pauses the conversation on a stop (restart packet as with the other hooks).
 Against the OpenHands SDK (`openhands-sdk` 1.x, Python >= 3.12): `Conversation(agent=...,
 callbacks=[hook])` calls `hook(event)` for every event; an `ActionEvent` (a tool call) is paired
 with the `ObservationEvent` / `AgentErrorEvent` / `UserRejectObservation` that answers it (by
-`action_id`) into one Step; agent `MessageEvent`s are message steps. On a stop the hook writes the
+`action_id`, else the tool call's id: an agent error names only that) into one Step; agent
+`MessageEvent`s are message steps. Steps are built by monitor.formats.openhands_sdk, the reader
+of the persisted conversation (`failfast score|watch <persistence_dir>/<conversation id>`), so
+a live run and its replay score the same steps. On a stop the hook writes the
 restart packet and calls `conversation.pause()`: the run loop ends before the next step.
 
     from serving.hooks.openhands import OpenHandsHook
@@ -22,50 +25,25 @@ stops the conversation (`monitor_error`, logged).
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from monitor.formats._fields import as_str
+from monitor.formats.openhands_sdk import ANSWERS, action_step, answer, answers, message_step
 from monitor.types import Decision, Step
 
 log = logging.getLogger(__name__)
 
 AGENT = "openhands"
-_ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
 
 
-def _text(x: Any) -> str:
-    """Text of an SDK content list (TextContent items), a string, or an Observation."""
-    if x is None:
-        return ""
-    if isinstance(x, str):
-        return x
-    text = getattr(x, "text", None)
-    if isinstance(text, str):
-        return text
-    if isinstance(x, list | tuple):
-        return "\n".join(_text(i) for i in x)
-    content = getattr(x, "content", None)
-    return _text(content) if content is not None else str(x)
-
-
-def _action_text(event: Any) -> tuple[str, dict[str, Any]]:
-    """The call as one line (a command when it has one) and its arguments."""
-    args: dict[str, Any] = {}
-    action = getattr(event, "action", None)
-    if action is not None and hasattr(action, "model_dump"):
-        args = {k: v for k, v in action.model_dump(mode="json").items() if k != "kind"}
-    elif getattr(event, "tool_call", None) is not None:
-        try:
-            args = json.loads(getattr(event.tool_call, "arguments", "") or "{}")
-        except ValueError:
-            args = {"arguments": event.tool_call.arguments}
-    name = str(getattr(event, "tool_name", "") or "")
-    if isinstance(args.get("command"), str):
-        return args["command"], args
-    return f"{name}({json.dumps(args, sort_keys=True, default=str)})", args
+def event_dict(event: Any) -> dict[str, Any]:
+    """An SDK event as the JSON the SDK persists it as (`kind` = its class name)."""
+    dump = getattr(event, "model_dump", None)
+    data = dump(mode="json") if callable(dump) else {}
+    return {**(data if isinstance(data, dict) else {}), "kind": type(event).__name__}
 
 
 class OpenHandsHook:
@@ -101,7 +79,7 @@ class OpenHandsHook:
         self.conversation: Any = None
         self.decisions: list[Decision] = []
         self.stopped: Decision | None = None
-        self._pending: dict[str, Any] = {}  # action event id -> the ActionEvent
+        self._pending: dict[str, Step] = {}  # action event id and tool call id -> its step
         self._ended = False
 
     def attach(self, conversation: Any) -> None:
@@ -124,43 +102,30 @@ class OpenHandsHook:
 
     def step_of(self, event: Any) -> Step | None:
         """The Step an event completes (None: it completes none, e.g. an action awaiting its
-        observation, a user message, an internal state update)."""
+        observation, a user message, an internal state update). Built as monitor.formats.
+        openhands_sdk reads the persisted conversation, so live and replayed steps agree."""
         kind = type(event).__name__
-        index = len(self.decisions)
-        if kind == "ActionEvent":
-            self._pending[str(event.id)] = event
+        if kind not in ("ActionEvent", "MessageEvent", *ANSWERS):
             return None
-        if kind in _ANSWERS:
-            action = self._pending.pop(str(getattr(event, "action_id", "")), None)
-            if kind == "ObservationEvent":
-                obs = event.observation
-                text = _text(getattr(obs, "content", obs))
-                is_error = bool(getattr(obs, "is_error", False))
-            elif kind == "AgentErrorEvent":
-                text, is_error = str(event.error), True
-            else:
-                text, is_error = f"rejected: {getattr(event, 'rejection_reason', '')}", True
-            line, args = _action_text(action) if action is not None else ("", {})
-            return Step(
-                index=index,
-                kind="action",
-                tool=str(getattr(event, "tool_name", "") or ""),
-                action=line,
-                args=args or None,
-                thought=_text(getattr(action, "thought", None)) if action is not None else "",
-                observation=text,
-                is_error=is_error,
-                role="assistant",
-            )
-        if kind == "MessageEvent" and getattr(event, "source", "") == "agent":
-            message = getattr(event, "llm_message", None)
-            return Step(
-                index=index,
-                kind="message",
-                thought=_text(getattr(message, "content", None)),
-                role="assistant",
-            )
-        return None
+        ev = event_dict(event)
+        if kind == "ActionEvent":
+            step = action_step(ev)
+            self._pending[as_str(ev.get("id"))] = step
+            self._pending[as_str(ev.get("tool_call_id"))] = step
+            return None
+        if kind in ANSWERS:
+            action_id, call_id = answers(ev)
+            pending = self._pending.pop(action_id, None) or self._pending.pop(call_id, None)
+            step = pending or Step(index=0, tool=as_str(ev.get("tool_name")), role="assistant")
+            for key in [k for k, v in self._pending.items() if v is step]:
+                del self._pending[key]
+            step.observation, step.is_error = answer(ev)
+        elif ev.get("source") == "agent":
+            step = message_step(ev)
+        else:
+            return None
+        step.index = len(self.decisions)
+        return step
 
     def _diff(self) -> str:
         if self.workdir is None:

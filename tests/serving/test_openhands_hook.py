@@ -86,3 +86,50 @@ def test_openhands_clean_run_is_not_stopped(tmp_path):
     assert hook.stopped is None
     assert [d.step for d in hook.decisions] == [1, 2, 3, 4]
     assert str(conversation.state.execution_status).lower().endswith("finished")
+
+
+def test_the_hook_scores_what_the_persisted_conversation_reads(tmp_path):
+    """Live and replayed: the steps the hook built from the SDK's events are the steps
+    `failfast score|watch` read from the conversation the SDK persisted."""
+    pytest.importorskip("openhands.sdk")
+    from openhands.sdk import Agent, Conversation
+
+    from monitor.policy import PolicyConfig
+    from monitor.reading import read_trajectory
+    from monitor.scripted import ScriptedScorer
+    from monitor.session import Monitor
+    from serving.hooks.openhands import OpenHandsHook
+
+    monitor = Monitor(PolicyConfig(), scorer=ScriptedScorer([0.1], threshold=0.9))
+    hook = OpenHandsHook(monitor, "Fix the test.")
+    seen = []
+    step_of = hook.step_of
+
+    def record(event):  # noqa: ANN001, ANN202
+        step = step_of(event)
+        if step is not None:
+            seen.append(step)
+        return step
+
+    hook.step_of = record
+    calls = [("think", {"thought": f"idea {i}"}) for i in range(3)]
+    conversation = Conversation(
+        agent=Agent(llm=_llm([*calls, ("finish", {"message": "done"})]), tools=[]),
+        workspace=str(tmp_path / "ws"),
+        callbacks=[hook],
+        persistence_dir=str(tmp_path / "conversations"),
+        stuck_detection=False,
+        visualizer=None,
+    )
+    hook.attach(conversation)
+    conversation.send_message("Fix the test.")
+    conversation.run()
+    hook.end()
+    replay = read_trajectory(next((tmp_path / "conversations").iterdir()))
+
+    def key(s):  # noqa: ANN001, ANN202
+        return (s.kind, s.tool, s.action, s.observation, s.is_error, s.thought)
+
+    assert replay.format == "openhands-sdk" and replay.task == "Fix the test."
+    assert [key(s) for s in seen] == [key(s) for s in replay.steps]
+    assert [s.kind for s in replay.steps] == ["action"] * 3 + ["submit"]

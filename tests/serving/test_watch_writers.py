@@ -236,3 +236,28 @@ def test_a_rerun_beside_a_crashed_attempts_call_files_is_a_new_run(data_dir, tmp
     last = read_transcript(folder, "openhands-completions")  # the rerun's latest call
     assert last.steps[0].thought.startswith("(again)")
     assert rec.calls[10:] == _calls(folder, "openhands-completions")
+
+
+def test_an_openhands_sdk_conversation_is_followed_event_by_event(fixtures_dir, tmp_path):
+    """A persisted OpenHands SDK conversation grows one event file at a time (a call, then
+    the file of its observation): each call is scored once, with its observation."""
+    import shutil
+
+    done = next((fixtures_dir / "openhands_sdk_conversation").iterdir())
+    live = tmp_path / "conversations" / done.name
+    (live / "events").mkdir(parents=True)
+    shutil.copy(done / "base_state.json", live)
+    rec = _Recorder()
+    watch = TranscriptWatch(live, rec)
+    for event in sorted((done / "events").iterdir()):
+        text = event.read_text()
+        (live / "events" / event.name).write_text(text[: len(text) // 2])  # caught mid-write
+        watch.poll()
+        (live / "events" / event.name).write_text(text)
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.tasks == ["Fix add() in calc.py: add(2, 2) should be 4."]
+    assert rec.calls == _calls(done, "openhands-sdk")
+    assert len(rec.calls) == 8

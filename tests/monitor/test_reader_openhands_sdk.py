@@ -1,0 +1,140 @@
+"""The OpenHands SDK conversation reader, on a conversation the SDK itself persisted
+(tests/fixtures/openhands_sdk_conversation: openhands-sdk 1.58.2 with its scripted LLM and its
+real terminal and file-editor tools; a failing command, a call whose arguments did not validate,
+two calls of one response, `finish`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from monitor.errors import TranscriptError
+from monitor.formats import openhands_sdk
+from monitor.reading import detect, read_trajectory
+from serving.hooks.openhands import OpenHandsHook
+
+CONVERSATION = "28ae3e9c486e479781a66de71b29f574"
+
+
+@pytest.fixture
+def conversation(fixtures_dir: Path) -> Path:
+    return fixtures_dir / "openhands_sdk_conversation" / CONVERSATION
+
+
+def _events(conversation: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in openhands_sdk._event_files(conversation)]
+
+
+def _key(step) -> tuple:  # noqa: ANN001
+    return (step.kind, step.tool, step.action, step.observation, step.is_error, step.thought)
+
+
+def test_a_persisted_conversation_reads_as_its_calls(conversation: Path) -> None:
+    assert detect(conversation) is openhands_sdk
+    t = read_trajectory(conversation)
+    assert (t.format, t.agent, t.instance_id, t.model) == (
+        "openhands-sdk",
+        "openhands",
+        CONVERSATION,
+        "test-model",
+    )
+    assert t.task == "Fix add() in calc.py: add(2, 2) should be 4."
+    assert t.exit_status == "finished"
+    assert [s.kind for s in t.steps] == ["action"] * 7 + ["submit"]
+    assert [s.tool for s in t.steps] == ["terminal"] * 3 + ["file_editor"] * 2 + ["terminal"] * 2 + [
+        "finish"
+    ]
+    assert t.steps[0].action == "ls -la" and t.steps[0].thought == "I'll look at the repository first."
+    assert t.steps[0].observation.startswith("total ") and not t.steps[0].is_error
+    # exit code 1 (the SDK's is_error stays false for a command that ran): an error
+    assert "AssertionError" in t.steps[1].observation and t.steps[1].is_error
+    # arguments that did not validate: the raw call, answered by an AgentErrorEvent that names
+    # only the tool call id
+    assert t.steps[2].action == 'terminal({"security_risk":"LOW"})'
+    assert t.steps[2].is_error and t.steps[2].observation.startswith("Error validating tool")
+    assert t.steps[3].action.startswith('file_editor({"command":"view"')
+    assert t.steps[5].observation == "ok" and t.steps[6].observation.startswith("fatal:")
+    assert all(s.tokens_estimated and s.tokens_in > 0 for s in t.steps)
+
+
+def test_its_events_folder_and_a_jsonl_of_its_events_read_the_same(
+    conversation: Path, tmp_path: Path
+) -> None:
+    whole = [_key(s) for s in read_trajectory(conversation).steps]
+    assert detect(conversation / "events") is openhands_sdk
+    assert [_key(s) for s in read_trajectory(conversation / "events").steps] == whole
+    jsonl = tmp_path / "events.jsonl"
+    jsonl.write_text("".join(json.dumps(e) + "\n" for e in _events(conversation)))
+    assert detect(jsonl) is openhands_sdk
+    assert [_key(s) for s in read_trajectory(jsonl).steps] == whole
+
+
+def test_tokens_are_the_calls_recorded_usage(conversation: Path, tmp_path: Path) -> None:
+    """base_state.json's per-response usage, charged once per response (two tool calls of one
+    response: the first carries it)."""
+    copy = tmp_path / CONVERSATION
+    shutil.copytree(conversation, copy)
+    events = _events(copy)
+    responses = [e["llm_response_id"] for e in events if e["kind"] == "ActionEvent"]
+    usages = [
+        {"response_id": r, "prompt_tokens": 1000 * (i + 1), "completion_tokens": 10 * (i + 1)}
+        for i, r in enumerate(dict.fromkeys(responses))
+    ]
+    state = json.loads((copy / "base_state.json").read_text())
+    state["stats"] = {
+        "usage_to_metrics": {
+            "agent": {
+                "accumulated_cost": 0.25,
+                "accumulated_token_usage": {"prompt_tokens": 28000, "completion_tokens": 280},
+                "token_usages": usages,
+            }
+        }
+    }
+    (copy / "base_state.json").write_text(json.dumps(state))
+    t = read_trajectory(copy)
+    assert len(set(responses)) == 7  # steps 6 and 7 are one response's two calls
+    assert [s.tokens_in for s in t.steps] == [1000, 2000, 3000, 4000, 5000, 6000, 0, 7000]
+    assert not any(s.tokens_estimated for s in t.steps)
+    assert (t.totals.tokens_in, t.totals.tokens_out, t.totals.cost_usd) == (28000, 280, 0.25)
+
+
+def test_the_hook_scores_the_steps_the_reader_reads(conversation: Path) -> None:
+    """Live (the hook, fed the SDK's event objects) and replayed (the persisted folder) runs
+    give the same steps. The events here are stand-ins named as the SDK's classes, whose
+    model_dump is the persisted JSON; tests/serving/test_openhands_hook.py checks the same
+    with the SDK's own objects where it is installed."""
+
+    class _Recorder:
+        def __init__(self) -> None:
+            self.steps: list = []
+
+        def start(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+            return self
+
+        def observe(self, step):  # noqa: ANN001, ANN201
+            self.steps.append(step)
+            from monitor.types import Decision
+
+            return Decision(action="continue", score=0.0, step=len(self.steps))
+
+    kinds: dict[str, type] = {}
+    rec = _Recorder()
+    hook = OpenHandsHook(rec, "Fix add() in calc.py.")
+    for ev in _events(conversation):
+        cls = kinds.setdefault(ev["kind"], type(ev["kind"], (), {}))
+        obj = cls()
+        obj.model_dump = lambda mode="json", _ev=ev: {k: v for k, v in _ev.items() if k != "kind"}
+        hook(obj)
+    assert [_key(s) for s in rec.steps] == [_key(s) for s in read_trajectory(conversation).steps]
+    assert [s.index for s in rec.steps] == list(range(8))
+
+
+def test_a_folder_without_events_is_said(tmp_path: Path) -> None:
+    (tmp_path / "conv" / "events").mkdir(parents=True)
+    (tmp_path / "conv" / "base_state.json").write_text("{}")
+    assert not openhands_sdk.sniff(tmp_path / "conv", b"")
+    with pytest.raises(TranscriptError, match="conv: no OpenHands event files"):
+        openhands_sdk.read(tmp_path / "conv")
