@@ -132,7 +132,9 @@ def message_step(ev: dict[str, Any]) -> Step:
     """The step an agent `MessageEvent` is: prose, no call."""
     text = content_text(as_dict(ev.get("llm_message")).get("content"))
     timestamp = parse_time(ev.get("timestamp"))
-    return Step(index=0, kind="message", thought=text, timestamp=timestamp, role="assistant", raw=ev)
+    return Step(
+        index=0, kind="message", thought=text, timestamp=timestamp, role="assistant", raw=ev
+    )
 
 
 def answers(ev: dict[str, Any]) -> tuple[str, str]:
@@ -185,10 +187,10 @@ class _Builder:
             self.by_call[as_str(ev.get("tool_call_id"))] = step
         elif kind in ANSWERS:
             action_id, call_id = answers(ev)
-            step = self.by_action.get(action_id) or self.by_call.get(call_id)
+            asked = self.by_action.get(action_id) or self.by_call.get(call_id)
             text, is_error = answer(ev)
-            if step is not None and not step.observation:
-                step.observation, step.is_error = text, is_error
+            if asked is not None and not asked.observation:
+                asked.observation, asked.is_error = text, is_error
             self.seen += len(text)
         elif kind == "SystemPromptEvent":
             self.seen += len(as_str(as_dict(ev.get("system_prompt")).get("text")))
@@ -214,7 +216,10 @@ def _usage(state: dict[str, Any]) -> tuple[dict[str, tuple[int, int]], int, int,
             u = as_dict(u)
             rid = as_str(u.get("response_id"))
             if rid:
-                calls[rid] = (as_int(u.get("prompt_tokens")) or 0, as_int(u.get("completion_tokens")) or 0)
+                calls[rid] = (
+                    as_int(u.get("prompt_tokens")) or 0,
+                    as_int(u.get("completion_tokens")) or 0,
+                )
         acc = as_dict(m.get("accumulated_token_usage"))
         tokens_in += as_int(acc.get("prompt_tokens")) or 0
         tokens_out += as_int(acc.get("completion_tokens")) or 0

@@ -44,19 +44,24 @@ def test_a_persisted_conversation_reads_as_its_calls(conversation: Path) -> None
     assert t.task == "Fix add() in calc.py: add(2, 2) should be 4."
     assert t.exit_status == "finished"
     assert [s.kind for s in t.steps] == ["action"] * 7 + ["submit"]
-    assert [s.tool for s in t.steps] == ["terminal"] * 3 + ["file_editor"] * 2 + ["terminal"] * 2 + [
-        "finish"
-    ]
-    assert t.steps[0].action == "ls -la" and t.steps[0].thought == "I'll look at the repository first."
-    assert t.steps[0].observation.startswith("total ") and not t.steps[0].is_error
+    assert [s.tool for s in t.steps] == ["terminal"] * 3 + ["file_editor"] * 2 + [
+        "terminal"
+    ] * 2 + ["finish"]
+    assert t.steps[0].action == "ls -la"
+    assert t.steps[0].thought == "I'll look at the repository first."
+    assert t.steps[0].observation.startswith("total ")
+    assert not t.steps[0].is_error
     # exit code 1 (the SDK's is_error stays false for a command that ran): an error
-    assert "AssertionError" in t.steps[1].observation and t.steps[1].is_error
+    assert "AssertionError" in t.steps[1].observation
+    assert t.steps[1].is_error
     # arguments that did not validate: the raw call, answered by an AgentErrorEvent that names
     # only the tool call id
     assert t.steps[2].action == 'terminal({"security_risk":"LOW"})'
-    assert t.steps[2].is_error and t.steps[2].observation.startswith("Error validating tool")
+    assert t.steps[2].is_error
+    assert t.steps[2].observation.startswith("Error validating tool")
     assert t.steps[3].action.startswith('file_editor({"command":"view"')
-    assert t.steps[5].observation == "ok" and t.steps[6].observation.startswith("fatal:")
+    assert t.steps[5].observation == "ok"
+    assert t.steps[6].observation.startswith("fatal:")
     assert all(s.tokens_estimated and s.tokens_in > 0 for s in t.steps)
 
 

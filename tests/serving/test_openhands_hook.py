@@ -130,6 +130,7 @@ def test_the_hook_scores_what_the_persisted_conversation_reads(tmp_path):
     def key(s):  # noqa: ANN001, ANN202
         return (s.kind, s.tool, s.action, s.observation, s.is_error, s.thought)
 
-    assert replay.format == "openhands-sdk" and replay.task == "Fix the test."
+    assert replay.format == "openhands-sdk"
+    assert replay.task == "Fix the test."
     assert [key(s) for s in seen] == [key(s) for s in replay.steps]
     assert [s.kind for s in replay.steps] == ["action"] * 3 + ["submit"]
