@@ -169,8 +169,27 @@ def read_runs(
                 continue
             seen[key] = str(path)
             join.label(traj, path, problems)
+            short = _cut_short(traj)
+            if short:
+                problems.append(Problem(str(path), short))
             yield traj
     join.report(problems)
+
+
+def _cut_short(traj: Trajectory) -> str:
+    """Why a run's file holds fewer model calls than its own totals count ("" when it does
+    not): a transcript saved cut short (four of CodeR's published `.traj` files hold 5 to 28 of
+    their 38 to 57 calls). Such a run is kept, its verdict resting on steps it does not show."""
+    calls = traj.totals.api_calls if traj.totals is not None else None
+    held = len(traj.steps)
+    # more calls missing than held: retries a harness does not record (SWE-agent's format
+    # errors: up to 13 of 32 calls here) are fewer
+    if not calls or calls - held <= max(5, held):
+        return ""
+    return (
+        f"run {traj.id} holds {held} of the {calls} model calls its totals count (saved cut "
+        "short?); kept, its reported tokens spread over the steps it holds"
+    )
 
 
 def folder_source(path: Path) -> str:

@@ -64,10 +64,11 @@ _PROMPTS = (
     "Based on the files, classes, methods, code statements from the issue",
 )
 _LOCATIONS = "Here are the code in buggy locations"
+_IMPRECISE = "The buggy locations is not precise"
 _PATCH_FAILED = (
     "Your edit could not be applied",
     "did not resolve the issue",
-    "The buggy locations is not precise",
+    _IMPRECISE,
 )
 _PATCH_OK = ("Extracted a patch", "Written a patch that resolves the issue")
 
@@ -160,6 +161,10 @@ def _steps(path: Path, messages: list[dict[str, Any]]) -> tuple[list[Step], list
         elif observation.startswith(_LOCATIONS):
             step.kind, step.tool, step.action = "action", "bug_locations", "bug_locations()"
             step.is_error = "Could not find" in observation
+        elif observation.startswith(_IMPRECISE):
+            # the bug locations named could not be found: the answer that names them failed
+            step.kind, step.tool, step.action = "action", "bug_locations", "bug_locations()"
+            step.is_error = True
         elif observation.startswith(_INVALID_CALLS):
             step.kind, step.is_error = "format_error", True
         step.observation = observation

@@ -68,6 +68,7 @@ _STATE_TOOL = {
     "ClarifyCodeChange": "clarify",
     "EditCode": "edit",
 }
+_AFTER_PLAN = {"Finished": "finish", "Rejected": "reject"}
 _MAX_TOKENS = 1e12  # a damaged cost (1e308 dollars) must not overflow the ledger
 _OUTPUT_KEYS = ("message", "response", "instructions", "diff")
 # Run names of the 2024-06-09 files, which do not record their model: name -> model.
@@ -119,6 +120,8 @@ def _observation(output: Any) -> str:
             )
             files.append(f"{file}:{span}" if span else file)
         parts.append(f"{len(spans)} spans: " + " ".join(files))
+    if as_str(out.get("error")):  # search_replace (2024-06-09): why the edit was refused
+        parts.append("error: " + as_str(out.get("error")))
     for key in ("errors", "verification_errors"):
         errors = as_list(out.get(key))
         if errors:
@@ -126,11 +129,24 @@ def _observation(output: Any) -> str:
     return "\n".join(parts) if parts else compact_json(out)
 
 
+# What the loop answers a call it refused (a span or file the request may not name, arguments
+# that did not validate): the call failed though the output has no `errors` list.
+_REFUSED = re.compile(
+    r"^(Span not found:|The function call is invalid\.|File \S+ is not found in the file context)"
+)
+
+
 def _is_error(output: Any, retried: bool) -> bool:
     out = as_dict(output)
     if output is None:
         return retried
-    return bool(as_list(out.get("errors")) or as_list(out.get("verification_errors")))
+    if (
+        as_list(out.get("errors"))
+        or as_list(out.get("verification_errors"))
+        or as_str(out.get("error"))
+    ):
+        return True
+    return any(_REFUSED.match(as_str(out.get(k))) for k in ("message", "response"))
 
 
 def _step(state: str, tool: str, args: dict[str, Any], output: Any, retried: bool) -> Step:
@@ -167,17 +183,25 @@ def _old_steps(data: dict[str, Any]) -> list[tuple[Step, float | None]]:
 def _loop_steps(data: dict[str, Any]) -> list[tuple[Step, float | None]]:
     """AgenticLoop schema: (step, cost of its call), with recorded tokens when present."""
     out = []
-    for trans in as_list(data.get("transitions")):
-        t = as_dict(trans)
+    transitions = [as_dict(t) for t in as_list(data.get("transitions"))]
+    for k, t in enumerate(transitions):
         state = as_str(t.get("name"))
+        after = as_str(transitions[k + 1].get("name")) if k + 1 < len(transitions) else ""
         actions = [as_dict(a) for a in as_list(t.get("actions"))]
         for i, a in enumerate(actions):
             args = as_dict(a.get("action"))
             tool = _STATE_TOOL.get(state, state.lower() or "action")
-            if state == "PlanToCode":
-                tool = _plan_tool(args)
             retried = i < len(actions) - 1
-            step = _step(state, tool, args, a.get("output"), retried)
+            if state == "PlanToCode":
+                # the state the plan led to says what it was: gpt-4o's finish is often a bare
+                # `{"message": ...}` (no `finish` key), claude's sometimes `review`
+                tool = _AFTER_PLAN.get(after, "") if not retried else ""
+                tool = tool or _plan_tool(args)
+            refused = as_str(a.get("retry_message")) if a.get("output") is None else ""
+            # a call the loop refused: its answer is the feedback sent back to the model
+            output = {"message": refused} if refused else a.get("output")
+            step = _step(state, tool, args, output, retried)
+            step.is_error = step.is_error or bool(refused)
             if "input_tokens" in a or "output_tokens" in a:
                 step.tokens_in = as_int(a.get("input_tokens"))
                 step.tokens_out = as_int(a.get("output_tokens"))

@@ -105,7 +105,17 @@ def test_moatless_retried_call_is_an_error(data_dir: Path) -> None:
     ]
     errors = [s for t in runs for s in t.steps if s.is_error]
     assert errors
-    assert all(s.observation == "" or "errors" in s.observation for s in errors)
+    refusals = {
+        a["retry_message"]
+        for p in sorted((data_dir / LITE / "moatless-gpt4o-0617" / "trajs").glob("*"))[:80]
+        for t in json.loads(gzip.decompress(p.read_bytes()))["transitions"]
+        for a in t.get("actions") or []
+        if a.get("output") is None and a.get("retry_message")
+    }
+    assert refusals
+    # an error: a call retried (its output, if any, lists errors) or refused (its feedback)
+    assert all(s.observation in ("", *refusals) or "errors" in s.observation for s in errors)
+    assert sum(s.observation in refusals for s in errors) > 10
 
 
 def test_openhands_completion_log_steps(data_dir: Path) -> None:
@@ -241,3 +251,38 @@ def test_moatless_result_json_labels(data_dir: Path) -> None:
     assert len(runs) == 300
     assert sum(t.resolved is True for t in runs) == 74
     assert all(t.resolved is not None for t in runs)
+
+
+def test_moatless_refused_calls_read_their_feedback_as_errors(data_dir: Path) -> None:
+    """A call the AgenticLoop refused has no `output`, only the `retry_message` sent back to the
+    model: it was read as an empty, successful answer (156 steps of 0617, 88 of claude)."""
+    t = read_trajectory(
+        data_dir / LITE / "moatless-gpt4o-0617" / "trajs" / "django__django-11019.json.gz"
+    )
+    refused = t.steps[4]
+    assert refused.tool == "search"
+    assert refused.observation == "It's not possible to search for test files."
+    assert refused.is_error
+
+
+def test_moatless_plan_that_finished_is_a_submission(data_dir: Path) -> None:
+    """gpt-4o's PlanToCode finish is often a bare `{"action": {"message": ...}}`: the transition to
+    `Finished` after it says what it was (223 runs read it as a plan)."""
+    t = read_trajectory(data_dir / LITE / "moatless-gpt4o-0617" / "trajs" / f"{IID}.json.gz")
+    assert [s.tool for s in t.steps][-3:] == ["plan", "edit", "finish"]
+    assert t.steps[-1].kind == "submit"
+    assert t.steps[-1].action.startswith('finish({"action":{"message":')
+
+
+def test_moatless_0609_refused_edits_are_errors(data_dir: Path) -> None:
+    """0609's search_replace says why an edit was refused in `output.error`, and a change
+    request naming a span that does not exist is answered `Span not found`: no step of that
+    source was ever an error."""
+    t = read_trajectory(
+        data_dir / LITE / "moatless-gpt4o-0609" / "trajs" / "django__django-12184.json.gz"
+    )
+    errors = [s for s in t.steps if s.is_error]
+    assert [s.tool for s in errors] == ["request_for_change", "search_replace", "search_replace"]
+    assert errors[0].observation.startswith("Span not found: modules.")
+    assert "error: " in errors[1].observation
+    assert "placeholder" in errors[1].observation

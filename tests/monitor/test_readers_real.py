@@ -210,3 +210,38 @@ def test_scale_to_total_and_fill_estimates() -> None:
     assert steps[0].tokens_estimated is True
     fill_estimates(steps[:1], [400], [8], total_in=None, total_out=None)
     assert (steps[0].tokens_in, steps[0].tokens_out) == (100, 2)
+
+
+def test_autocoderover_imprecise_bug_locations_are_a_failed_call(data_dir: Path) -> None:
+    """ACR answers bug locations it cannot find with "The buggy locations is not precise": that
+    answer was read as prose with no error (469 steps in 210 runs)."""
+    t = read_trajectory(data_dir / ACR / "django__django-11620_2024-04-06_13-54-49")
+    located = [s for s in t.steps if s.tool == "bug_locations"]
+    assert [(s.index, s.is_error) for s in located] == [(4, True), (8, True), (10, False)]
+    assert all(s.kind == "action" for s in located)
+    assert located[0].observation.startswith("The buggy locations is not precise")
+    assert located[2].observation.startswith("Here are the code in buggy locations")
+
+
+def test_a_transcript_saved_cut_short_is_said(data_dir: Path) -> None:
+    """Four CodeR `.traj` files hold far fewer calls than their own `model_stats.api_calls`
+    (sympy-18621: 5 of 39): each is kept and said; SWE-agent's unrecorded format-error retries
+    (up to 13 of 32 calls) are not."""
+    from monitor.reading import read_runs
+
+    problems: list = []
+    coder = data_dir / "swe-bench-lite" / "coder-gpt4"
+    names = ["sympy__sympy-18621", "django__django-11099", "pylint-dev__pylint-7080"]
+    paths = [coder / "trajs" / f"{n}.traj.gz" for n in names]
+    swe = (
+        data_dir
+        / "swe-bench-lite"
+        / "swe-agent-gpt4"
+        / "cost_2_1"
+        / "pytest-dev__pytest-11148.traj.gz"
+    )
+    runs = list(read_runs([*paths, swe], problems=problems))
+    assert len(runs) == 4
+    short = [p for p in problems if "model calls" in p.reason]
+    assert sorted(p.path for p in short) == [str(paths[2]), str(paths[0])]
+    assert any("holds 5 of the 39 model calls" in p.reason for p in short)
