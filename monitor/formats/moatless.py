@@ -68,7 +68,6 @@ _STATE_TOOL = {
     "ClarifyCodeChange": "clarify",
     "EditCode": "edit",
 }
-_AFTER_PLAN = {"Finished": "finish", "Rejected": "reject"}
 _MAX_TOKENS = 1e12  # a damaged cost (1e308 dollars) must not overflow the ledger
 _OUTPUT_KEYS = ("message", "response", "instructions", "diff")
 # Run names of the 2024-06-09 files, which do not record their model: name -> model.
@@ -100,6 +99,11 @@ def _plan_tool(args: dict[str, Any]) -> str:
         return "finish"
     if choice == "reject" or "reject" in fields:
         return "reject"
+    if isinstance(inner, dict) and not {"file_path", "span_id"} & inner.keys():
+        # gpt-4o's finish is often a bare `{"message": ...}`: a change request names its file
+        # and span. (Told from the call itself, not from the transition that follows it, so a
+        # run read while it goes on reads the step as it will read when done.)
+        return "finish"
     return "plan"
 
 
@@ -184,19 +188,15 @@ def _loop_steps(data: dict[str, Any]) -> list[tuple[Step, float | None]]:
     """AgenticLoop schema: (step, cost of its call), with recorded tokens when present."""
     out = []
     transitions = [as_dict(t) for t in as_list(data.get("transitions"))]
-    for k, t in enumerate(transitions):
+    for t in transitions:
         state = as_str(t.get("name"))
-        after = as_str(transitions[k + 1].get("name")) if k + 1 < len(transitions) else ""
         actions = [as_dict(a) for a in as_list(t.get("actions"))]
         for i, a in enumerate(actions):
             args = as_dict(a.get("action"))
             tool = _STATE_TOOL.get(state, state.lower() or "action")
             retried = i < len(actions) - 1
             if state == "PlanToCode":
-                # the state the plan led to says what it was: gpt-4o's finish is often a bare
-                # `{"message": ...}` (no `finish` key), claude's sometimes `review`
-                tool = _AFTER_PLAN.get(after, "") if not retried else ""
-                tool = tool or _plan_tool(args)
+                tool = _plan_tool(args)
             refused = as_str(a.get("retry_message")) if a.get("output") is None else ""
             # a call the loop refused: its answer is the feedback sent back to the model
             output = {"message": refused} if refused else a.get("output")

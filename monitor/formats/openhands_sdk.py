@@ -14,43 +14,28 @@ by `kind`: `SystemPromptEvent`, `MessageEvent{source, llm_message{role, content[
 `ConversationStateUpdateEvent{key, value}`, `Condensation`, ... The same events as a JSONL file
 (one event per line, as exported) are read too.
 
-Steps are those serving.hooks.openhands scores live (it builds them with this module's
-functions): an action paired with the event that answers it (by `action_id`, else its
-`tool_call_id`) is one step (a shell tool's `command`, else `tool(args)`; `finish` -> kind
-"submit"; an error: `is_error`, a non-zero exit code, a timeout, an agent error or a
-rejection), an agent message is a message step; user messages
-(the first is the task), the system prompt, state updates and condensations are not steps. An
-action not answered yet is a step with no observation (a watch holds it back until its answer
-is written). Tokens: the usage of the call that chose the step (`llm_response_id`; the first
-step of a call with parallel tool calls carries it), else estimated from characters
-(monitor.ledger).
+Steps (monitor.formats.openhands_sdk_steps, shared with serving.hooks.openhands, which scores
+the same steps live): a call paired with its answer, agent messages as prose, condensations as
+compactions; user messages (the first is the task), the system prompt and state updates are not
+steps. A call not answered yet is a step with no observation (a watch holds it back until its
+answer is written). Only the branch the conversation is on is read (the events from the newest
+back to the root by `parent_id`), not a branch it left. Tokens: each call's usage from
+`base_state.json`, else estimated.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
-from monitor.formats._fields import (
-    action_text,
-    as_dict,
-    as_float,
-    as_int,
-    as_list,
-    as_str,
-    content_text,
-    head_records,
-    malformed,
-    parse_time,
-)
+from monitor.formats._fields import as_dict, as_str, head_records, malformed
 from monitor.formats._layout import place_file, run_id
-from monitor.ledger import fill_estimates
+from monitor.formats.openhands_sdk_steps import Steps, usage
 from monitor.textio import load_json, load_jsonl
-from monitor.types import Step, Totals, Trajectory
+from monitor.types import Totals, Trajectory
 
 NAME = "openhands-sdk"
 
@@ -95,138 +80,6 @@ def sniff(path: Path, head: bytes) -> bool:
     )
 
 
-def _action_line(ev: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The call as one line (a shell tool's command, else `tool(args)`) and its arguments."""
-    action = ev.get("action")
-    if isinstance(action, dict):
-        # unset fields: None in a live event, left out of a persisted one (exclude_none)
-        args = {k: v for k, v in action.items() if k != "kind" and v is not None}
-    else:  # not executable (its arguments did not validate): the raw call
-        raw = as_str(as_dict(ev.get("tool_call")).get("arguments"))
-        try:
-            parsed = json.loads(raw or "{}")
-        except ValueError:
-            parsed = {"arguments": raw}
-        args = parsed if isinstance(parsed, dict) else {"arguments": parsed}
-    return action_text(as_str(ev.get("tool_name")), args), args
-
-
-def action_step(ev: dict[str, Any]) -> Step:
-    """The step an `ActionEvent` (as its JSON dump) starts, nothing answered yet."""
-    line, args = _action_line(ev)
-    tool = as_str(ev.get("tool_name"))
-    return Step(
-        index=0,
-        kind="submit" if tool == "finish" else "action",
-        tool=tool,
-        action=line,
-        args=args or None,
-        thought=content_text(ev.get("thought")),
-        timestamp=parse_time(ev.get("timestamp")),
-        role="assistant",
-        raw=ev,
-    )
-
-
-def message_step(ev: dict[str, Any]) -> Step:
-    """The step an agent `MessageEvent` is: prose, no call."""
-    text = content_text(as_dict(ev.get("llm_message")).get("content"))
-    timestamp = parse_time(ev.get("timestamp"))
-    return Step(
-        index=0, kind="message", thought=text, timestamp=timestamp, role="assistant", raw=ev
-    )
-
-
-def answers(ev: dict[str, Any]) -> tuple[str, str]:
-    """Which call an answer event answers: (its ActionEvent's id, the tool call's id); an
-    `AgentErrorEvent` names only the tool call."""
-    return as_str(ev.get("action_id")), as_str(ev.get("tool_call_id"))
-
-
-def answer(ev: dict[str, Any]) -> tuple[str, bool]:
-    """An answer event's text and whether it is an error (`is_error`, a command's non-zero
-    exit code, a timeout, an agent error, a rejection)."""
-    kind = ev.get("kind")
-    if kind == "ObservationEvent":
-        obs = as_dict(ev.get("observation"))
-        code = obs.get("exit_code")
-        failed = isinstance(code, int) and not isinstance(code, bool) and code not in (0, -1)
-        error = bool(obs.get("is_error")) or failed or obs.get("timeout") is True
-        return content_text(obs.get("content")), error
-    if kind == "AgentErrorEvent":
-        return as_str(ev.get("error")), True
-    return f"rejected: {as_str(ev.get('rejection_reason'))}", True
-
-
-class _Builder:
-    """Steps from the events in order, with what the estimates need."""
-
-    def __init__(self) -> None:
-        self.steps: list[Step] = []
-        self.ctx: list[int] = []  # characters the model had seen before each step's call
-        self.out: list[int] = []  # characters of the step's call
-        self.by_action: dict[str, Step] = {}  # ActionEvent id -> its step
-        self.by_call: dict[str, Step] = {}  # tool call id -> its step
-        self.seen = 0
-        self.task = ""
-        self.status = ""
-
-    def add(self, ev: dict[str, Any]) -> None:
-        kind, source = ev.get("kind"), ev.get("source")
-        if kind == "MessageEvent":
-            if source == "agent":
-                step = message_step(ev)
-                self._step(step, len(step.thought))
-            elif source == "user" and not self.task:
-                self.task = content_text(as_dict(ev.get("llm_message")).get("content"))
-                self.seen += len(self.task)
-        elif kind == "ActionEvent":
-            step = action_step(ev)
-            self._step(step, len(step.thought) + len(step.action))
-            self.by_action[as_str(ev.get("id"))] = step
-            self.by_call[as_str(ev.get("tool_call_id"))] = step
-        elif kind in ANSWERS:
-            action_id, call_id = answers(ev)
-            asked = self.by_action.get(action_id) or self.by_call.get(call_id)
-            text, is_error = answer(ev)
-            if asked is not None and not asked.observation:
-                asked.observation, asked.is_error = text, is_error
-            self.seen += len(text)
-        elif kind == "SystemPromptEvent":
-            self.seen += len(as_str(as_dict(ev.get("system_prompt")).get("text")))
-        elif kind == "ConversationStateUpdateEvent" and ev.get("key") == "execution_status":
-            self.status = as_str(ev.get("value"))
-
-    def _step(self, step: Step, out: int) -> None:
-        step.index = len(self.steps)
-        self.steps.append(step)
-        self.ctx.append(self.seen)
-        self.out.append(out)
-        self.seen += out
-
-
-def _usage(state: dict[str, Any]) -> tuple[dict[str, tuple[int, int]], int, int, float]:
-    """Per call (response id) its (prompt, completion) tokens; the run's totals and cost."""
-    calls: dict[str, tuple[int, int]] = {}
-    tokens_in = tokens_out = 0
-    cost = 0.0
-    for metrics in as_dict(as_dict(state.get("stats")).get("usage_to_metrics")).values():
-        m = as_dict(metrics)
-        for u in as_list(m.get("token_usages")):
-            u = as_dict(u)
-            rid = as_str(u.get("response_id"))
-            if rid:
-                calls[rid] = (
-                    as_int(u.get("prompt_tokens")) or 0,
-                    as_int(u.get("completion_tokens")) or 0,
-                )
-        acc = as_dict(m.get("accumulated_token_usage"))
-        tokens_in += as_int(acc.get("prompt_tokens")) or 0
-        tokens_out += as_int(acc.get("completion_tokens")) or 0
-        cost += as_float(m.get("accumulated_cost")) or 0.0
-    return calls, tokens_in, tokens_out, cost
-
-
 def _events(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
     """The events, the persisted state ({} without one) and the conversation's folder."""
     if not path.is_dir():
@@ -252,24 +105,40 @@ def _events(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
     return events, state, folder
 
 
+def _branch(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of the branch the conversation is on: from the root to the newest event by
+    `parent_id` (an SDK conversation is a tree: a branch left by `navigate_to` stays on disk).
+    An event with no `parent_id` (older SDKs) follows the one before it; "__root__" is a root."""
+    if not any(e.get("parent_id") for e in events):
+        return events
+    index = {as_str(e.get("id")): i for i, e in enumerate(events)}
+    chain: list[dict[str, Any]] = []
+    i: int | None = len(events) - 1
+    while i is not None and len(chain) <= len(events):  # a cycle stops at the length
+        ev = events[i]
+        chain.append(ev)
+        parent = ev.get("parent_id")
+        if parent == "__root__":
+            i = None
+        elif parent:
+            i = index.get(as_str(parent))  # a parent not on disk ends the branch there
+        else:
+            i = i - 1 if i > 0 else None
+    return chain[::-1]
+
+
 def read(path: Path) -> Trajectory:
     """Parse a persisted OpenHands SDK conversation (its folder, its `events/`, or a JSONL)."""
     path = Path(path)
     events, state, folder = _events(path)
-    build = _Builder()
-    for ev in events:
+    build = Steps()
+    for ev in _branch(events):
         build.add(ev)
     if not build.task and not build.steps:
         raise TranscriptError(path, "no OpenHands SDK events (no user message, no action)")
-    calls, tokens_in, tokens_out, cost = _usage(state)
-    charged: set[str] = set()
+    calls, tokens_in, tokens_out, cost = usage(state)
     for step in build.steps:
-        rid = as_str(as_dict(step.raw).get("llm_response_id"))
-        if rid in calls:
-            step.tokens_in, step.tokens_out = calls[rid] if rid not in charged else (0, 0)
-            step.tokens_estimated = False
-            charged.add(rid)
-    fill_estimates(build.steps, build.ctx, build.out)
+        build.tokens(step, calls)
     instance_id = folder.stem if not path.is_dir() else folder.name
     source, run = place_file(folder / "base_state.json" if path.is_dir() else path, instance_id)
     last = build.steps[-1] if build.steps else None

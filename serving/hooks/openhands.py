@@ -5,8 +5,8 @@ Against the OpenHands SDK (`openhands-sdk` 1.x, Python >= 3.12): `Conversation(a
 callbacks=[hook])` calls `hook(event)` for every event; an `ActionEvent` (a tool call) is paired
 with the `ObservationEvent` / `AgentErrorEvent` / `UserRejectObservation` that answers it (by
 `action_id`, else the tool call's id: an agent error names only that) into one Step; agent
-`MessageEvent`s are message steps. Steps are built by monitor.formats.openhands_sdk, the reader
-of the persisted conversation (`failfast score|watch <persistence_dir>/<conversation id>`), so
+`MessageEvent`s are message steps. Steps are built by monitor.formats.openhands_sdk_steps, as the
+reader of the persisted conversation builds them (`failfast score|watch <persistence_dir>/<conversation id>`), so
 a live run and its replay score the same steps. On a stop the hook writes the
 restart packet and calls `conversation.pause()`: the run loop ends before the next step.
 
@@ -25,13 +25,13 @@ stops the conversation (`monitor_error`, logged).
 
 from __future__ import annotations
 
+import copy
 import logging
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from monitor.formats._fields import as_str
-from monitor.formats.openhands_sdk import ANSWERS, action_step, answer, answers, message_step
+from monitor.formats.openhands_sdk_steps import Steps, usage
 from monitor.types import Decision, Step
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class OpenHandsHook:
         self.conversation: Any = None
         self.decisions: list[Decision] = []
         self.stopped: Decision | None = None
-        self._pending: dict[str, Step] = {}  # action event id and tool call id -> its step
+        self._steps = Steps()  # the run's steps so far, as the persisted conversation reads
         self._ended = False
 
     def attach(self, conversation: Any) -> None:
@@ -102,30 +102,30 @@ class OpenHandsHook:
 
     def step_of(self, event: Any) -> Step | None:
         """The Step an event completes (None: it completes none, e.g. an action awaiting its
-        observation, a user message, an internal state update). Built as monitor.formats.
-        openhands_sdk reads the persisted conversation, so live and replayed steps agree."""
-        kind = type(event).__name__
-        if kind not in ("ActionEvent", "MessageEvent", *ANSWERS):
+        observation, a user message, an internal state update). Built by monitor.formats.
+        openhands_sdk_steps, as the reader of the persisted conversation builds it, so live and
+        replayed steps agree; tokens from the conversation's recorded usage, else estimated."""
+        step = self._steps.add(event_dict(event))
+        if step is None:
             return None
-        ev = event_dict(event)
-        if kind == "ActionEvent":
-            step = action_step(ev)
-            self._pending[as_str(ev.get("id"))] = step
-            self._pending[as_str(ev.get("tool_call_id"))] = step
-            return None
-        if kind in ANSWERS:
-            action_id, call_id = answers(ev)
-            pending = self._pending.pop(action_id, None) or self._pending.pop(call_id, None)
-            step = pending or Step(index=0, tool=as_str(ev.get("tool_name")), role="assistant")
-            for key in [k for k, v in self._pending.items() if v is step]:
-                del self._pending[key]
-            step.observation, step.is_error = answer(ev)
-        elif ev.get("source") == "agent":
-            step = message_step(ev)
-        else:
-            return None
-        step.index = len(self.decisions)
-        return step
+        self._steps.tokens(step, self._usage())
+        scored = copy.copy(step)
+        scored.index = len(self.decisions)
+        return scored
+
+    def _usage(self) -> dict[str, tuple[int, int]]:
+        """Per response id its recorded (prompt, completion) tokens, from the attached
+        conversation's stats ({} before `attach`, or when they cannot be read)."""
+        state = getattr(self.conversation, "state", None)
+        stats = getattr(state, "stats", None)
+        dump = getattr(stats, "model_dump", None)
+        if not callable(dump):
+            return {}
+        try:
+            return usage({"stats": dump(mode="json")})[0]
+        except Exception:  # noqa: BLE001 - usage is a nicety: estimates stand in
+            log.debug("could not read the conversation's usage", exc_info=True)
+            return {}
 
     def _diff(self) -> str:
         if self.workdir is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from monitor.errors import TranscriptError
-from monitor.formats import openhands_sdk
+from monitor.formats import openhands_sdk, openhands_sdk_steps
 from monitor.reading import detect, read_trajectory
 from serving.hooks.openhands import OpenHandsHook
 
@@ -29,7 +29,16 @@ def _events(conversation: Path) -> list[dict]:
 
 
 def _key(step) -> tuple:  # noqa: ANN001
-    return (step.kind, step.tool, step.action, step.observation, step.is_error, step.thought)
+    return (
+        step.kind,
+        step.tool,
+        step.action,
+        step.observation,
+        step.is_error,
+        step.thought,
+        step.tokens_in,
+        step.tokens_out,
+    )
 
 
 def test_a_persisted_conversation_reads_as_its_calls(conversation: Path) -> None:
@@ -143,3 +152,55 @@ def test_a_folder_without_events_is_said(tmp_path: Path) -> None:
     assert not openhands_sdk.sniff(tmp_path / "conv", b"")
     with pytest.raises(TranscriptError, match="conv: no OpenHands event files"):
         openhands_sdk.read(tmp_path / "conv")
+
+
+def _jsonl(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_a_branch_the_conversation_left_is_not_read(conversation: Path, tmp_path: Path) -> None:
+    """An SDK conversation is a tree (`parent_id`); a branch left by `navigate_to` stays on disk
+    and must not be spliced into the run."""
+    events = _events(conversation)
+    assert all(e.get("parent_id") for e in events[1:])
+    left = []
+    for k, e in enumerate(events[4:6]):  # the second call and its answer, again, as a branch
+        e = {**e, "id": f"left-{k}", "parent_id": events[3]["id"] if k == 0 else "left-0"}
+        if "action_id" in e:
+            e["action_id"] = "left-0"
+        left.append({**e, "tool_call_id": "left-call"})
+    live = _jsonl(tmp_path / "branch.jsonl", [*events[:4], *left, *events[4:]])
+    assert [_key(s) for s in read_trajectory(live).steps] == [
+        _key(s) for s in read_trajectory(conversation).steps
+    ]
+
+
+def test_a_condensation_is_a_compaction_step(conversation: Path, tmp_path: Path) -> None:
+    events = _events(conversation)
+    condensed = {
+        "kind": "Condensation",
+        "source": "environment",
+        "id": "cond-1",
+        "parent_id": events[5]["id"],
+        "forgotten_event_ids": [events[2]["id"], events[3]["id"]],
+        "summary": "Looked at the repository; the check fails.",
+    }
+    after = {**events[6], "parent_id": "cond-1"}
+    t = read_trajectory(_jsonl(tmp_path / "c.jsonl", [*events[:6], condensed, after, *events[7:]]))
+    assert [s.kind for s in t.steps][:4] == ["action", "action", "compaction", "action"]
+    assert t.steps[2].observation == "Looked at the repository; the check fails."
+    assert len(t.steps) == 9
+
+
+def test_steps_are_built_the_same_one_event_at_a_time(conversation: Path) -> None:
+    """What the hook does live (each step scored when its answer arrives, tokens then) gives
+    the steps the reader gives for the whole conversation."""
+    build = openhands_sdk_steps.Steps()
+    done = []
+    for ev in _events(conversation):
+        step = build.add(ev)
+        if step is not None:
+            build.tokens(step, {})
+            done.append(_key(step))
+    assert done == [_key(s) for s in read_trajectory(conversation).steps]

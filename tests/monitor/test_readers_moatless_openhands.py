@@ -266,8 +266,9 @@ def test_moatless_refused_calls_read_their_feedback_as_errors(data_dir: Path) ->
 
 
 def test_moatless_plan_that_finished_is_a_submission(data_dir: Path) -> None:
-    """gpt-4o's PlanToCode finish is often a bare `{"action": {"message": ...}}`: the transition to
-    `Finished` after it says what it was (223 runs read it as a plan)."""
+    """gpt-4o's PlanToCode finish is often a bare `{"action": {"message": ...}}` (223 runs read it
+    as a plan): a change request names its file and span, a finish does not. The call tells it,
+    not the `Finished` transition written after it, so a watch reads the step as it ends."""
     t = read_trajectory(data_dir / LITE / "moatless-gpt4o-0617" / "trajs" / f"{IID}.json.gz")
     assert [s.tool for s in t.steps][-3:] == ["plan", "edit", "finish"]
     assert t.steps[-1].kind == "submit"

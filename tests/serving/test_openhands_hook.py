@@ -128,7 +128,7 @@ def test_the_hook_scores_what_the_persisted_conversation_reads(tmp_path):
     replay = read_trajectory(next((tmp_path / "conversations").iterdir()))
 
     def key(s):  # noqa: ANN001, ANN202
-        return (s.kind, s.tool, s.action, s.observation, s.is_error, s.thought)
+        return (s.kind, s.tool, s.action, s.observation, s.is_error, s.thought, s.tokens)
 
     assert replay.format == "openhands-sdk"
     assert replay.task == "Fix the test."
