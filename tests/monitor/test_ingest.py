@@ -202,8 +202,15 @@ def test_all_data_matches_readme_counts(data_dir: Path) -> None:
         g[3] += t.resolved is None
     assert {k: (v[0], len(v[1]), v[2]) for k, v in got.items()} == expected
     assert all(v[3] == 0 for v in got.values())  # every run has a verdict
-    # The only problem: CodeR's results.json names instances with no trajectory.
-    assert [Path(p.path).name for p in problems] == ["results.json.gz"]
+    # The problems: CodeR's results.json names instances with no trajectory, and four CodeR
+    # transcripts hold fewer than half the calls their own totals count (kept, and said).
+    assert sorted(Path(p.path).name for p in problems) == [
+        "django__django-14017.traj.gz",
+        "django__django-15347.traj.gz",
+        "pylint-dev__pylint-7080.traj.gz",
+        "results.json.gz",
+        "sympy__sympy-18621.traj.gz",
+    ]
 
 
 @pytest.mark.slow
