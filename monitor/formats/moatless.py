@@ -187,8 +187,8 @@ def _old_steps(data: dict[str, Any]) -> list[tuple[Step, float | None]]:
 def _loop_steps(data: dict[str, Any]) -> list[tuple[Step, float | None]]:
     """AgenticLoop schema: (step, cost of its call), with recorded tokens when present."""
     out = []
-    transitions = [as_dict(t) for t in as_list(data.get("transitions"))]
-    for t in transitions:
+    for trans in as_list(data.get("transitions")):
+        t = as_dict(trans)
         state = as_str(t.get("name"))
         actions = [as_dict(a) for a in as_list(t.get("actions"))]
         for i, a in enumerate(actions):

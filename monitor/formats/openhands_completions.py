@@ -283,11 +283,10 @@ def _parse(path: Path, data: Any) -> Trajectory:
 
 def _call_time(path: Path) -> float | None:
     """The unix time in a call file's name (`<model>-<unix time>.json`), None without one."""
-    head, sep, tail = file_stem(path).rpartition("-")
-    try:
-        return float(tail) if sep and _without_timestamp(file_stem(path)) == head else None
-    except ValueError:
+    stem = file_stem(path)
+    if _without_timestamp(stem) == stem:
         return None
+    return float(stem.rpartition("-")[2])  # digits with at most one ".": `_without_timestamp`
 
 
 def _latest(folder: Path) -> Path:

@@ -52,7 +52,6 @@ _KINDS = {
     "CondensationRequest",
     "PauseEvent",
 }
-ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
 
 
 def _event_files(folder: Path) -> list[Path]:
@@ -68,7 +67,7 @@ def _event_files(folder: Path) -> list[Path]:
 
 def sniff(path: Path, head: bytes) -> bool:
     """A folder: a conversation (`events/event-*.json`, `base_state.json`) or its `events/`.
-    A file: JSONL whose first record is an SDK event (`kind` + `source` + `id`)."""
+    A file: JSONL whose first record is an SDK event (a known `kind`, and a `source`)."""
     if head:
         recs = head_records(head, limit=1)
         return bool(recs) and recs[0].get("kind") in _KINDS and "source" in recs[0]

@@ -31,7 +31,7 @@ from monitor.formats._fields import (
 from monitor.ledger import fill_estimates
 from monitor.types import Step
 
-ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
+_ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
 
 
 def _action_line(ev: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -50,7 +50,7 @@ def _action_line(ev: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return action_text(as_str(ev.get("tool_name")), args), args
 
 
-def action_step(ev: dict[str, Any]) -> Step:
+def _action_step(ev: dict[str, Any]) -> Step:
     """The step an `ActionEvent` (as its JSON dump) starts, nothing answered yet."""
     line, args = _action_line(ev)
     tool = as_str(ev.get("tool_name"))
@@ -67,7 +67,7 @@ def action_step(ev: dict[str, Any]) -> Step:
     )
 
 
-def message_step(ev: dict[str, Any]) -> Step:
+def _message_step(ev: dict[str, Any]) -> Step:
     """The step an agent `MessageEvent` is: prose, no call."""
     text = content_text(as_dict(ev.get("llm_message")).get("content"))
     timestamp = parse_time(ev.get("timestamp"))
@@ -76,13 +76,7 @@ def message_step(ev: dict[str, Any]) -> Step:
     )
 
 
-def answers(ev: dict[str, Any]) -> tuple[str, str]:
-    """Which call an answer event answers: (its ActionEvent's id, the tool call's id); an
-    `AgentErrorEvent` names only the tool call."""
-    return as_str(ev.get("action_id")), as_str(ev.get("tool_call_id"))
-
-
-def answer(ev: dict[str, Any]) -> tuple[str, bool]:
+def _answer(ev: dict[str, Any]) -> tuple[str, bool]:
     """An answer event's text and whether it is an error (`is_error`, a command's non-zero
     exit code, a timeout, an agent error, a rejection)."""
     kind = ev.get("kind")
@@ -117,21 +111,23 @@ class Steps:
         kind, source = ev.get("kind"), ev.get("source")
         if kind == "MessageEvent":
             if source == "agent":
-                step = message_step(ev)
+                step = _message_step(ev)
                 self._step(step, len(step.thought))
                 return step
             text = content_text(as_dict(ev.get("llm_message")).get("content"))
             self.task = self.task or (text if source == "user" else "")
             self.seen += len(text)
         elif kind == "ActionEvent":
-            step = action_step(ev)
+            step = _action_step(ev)
             self._step(step, len(step.thought) + len(step.action))
             self.by_action[as_str(ev.get("id"))] = step
             self.by_call[as_str(ev.get("tool_call_id"))] = step
-        elif kind in ANSWERS:
-            action_id, call_id = answers(ev)
-            asked = self.by_action.get(action_id) or self.by_call.get(call_id)
-            text, is_error = answer(ev)
+        elif kind in _ANSWERS:
+            # by its ActionEvent's id, else the tool call's: an AgentErrorEvent names only that
+            asked = self.by_action.get(as_str(ev.get("action_id"))) or self.by_call.get(
+                as_str(ev.get("tool_call_id"))
+            )
+            text, is_error = _answer(ev)
             self.seen += len(text)
             if asked is not None and not asked.observation:
                 asked.observation, asked.is_error = text, is_error

@@ -6,9 +6,9 @@ callbacks=[hook])` calls `hook(event)` for every event; an `ActionEvent` (a tool
 with the `ObservationEvent` / `AgentErrorEvent` / `UserRejectObservation` that answers it (by
 `action_id`, else the tool call's id: an agent error names only that) into one Step; agent
 `MessageEvent`s are message steps. Steps are built by monitor.formats.openhands_sdk_steps, as the
-reader of the persisted conversation builds them (`failfast score|watch <persistence_dir>/<conversation id>`), so
-a live run and its replay score the same steps. On a stop the hook writes the
-restart packet and calls `conversation.pause()`: the run loop ends before the next step.
+reader of the persisted conversation builds them (`failfast score|watch <persistence_dir>/<id>`),
+so a live run and its replay score the same steps. On a stop the hook writes the restart packet
+and calls `conversation.pause()`: the run loop ends before the next step.
 
     from serving.hooks.openhands import OpenHandsHook
     hook = OpenHandsHook(Monitor(policy, scorer=Scorer.load(bundle)), task, restart_path="x.restart.json",
