@@ -49,6 +49,17 @@ def _calls(path, fmt: str) -> list[tuple]:
     return [(s.kind, s.tool, s.action, s.observation, s.is_error) for s in steps]
 
 
+def _appended(src, path, fmt: str):  # noqa: ANN001, ANN202
+    """`src` written to `path` a line at a time as a stream harness writes it, the watch polling
+    after each line, then the run ended: (the recorder, the watch)."""
+    rec = _Recorder()
+    watch = TranscriptWatch(path, rec, fmt=fmt)
+    append_lines(path, src.read_text().splitlines(True), watch.poll)
+    watch.poll(final=True)
+    watch.end()
+    return rec, watch
+
+
 def test_a_poll_inside_an_in_place_rewrite_does_not_restart_the_run(data_dir, tmp_path):
     """`Path.write_text` truncates, then writes: a poll in between found the file shrunk and
     unreadable, ended the run, and the next poll scored every step again as a new run."""
@@ -90,13 +101,10 @@ def test_another_run_written_over_a_file_in_place_is_a_new_run(data_dir, tmp_pat
 def test_a_response_written_as_two_records_is_scored_as_its_call(fixtures_dir, tmp_path):
     """Claude Code writes a response's text and its tool_use as two lines of one message: a poll
     between them saw a prose step, and the call that replaced it was never scored."""
-    rec = _Recorder()
-    lines = (fixtures_dir / "claude_code_constructed_stream.jsonl").read_text().splitlines(True)
     path = tmp_path / "run.jsonl"
-    watch = TranscriptWatch(path, rec, fmt="claude-code")
-    append_lines(path, lines, watch.poll)
-    watch.poll(final=True)
-    watch.end()
+    rec, watch = _appended(
+        fixtures_dir / "claude_code_constructed_stream.jsonl", path, "claude-code"
+    )
     assert len(watch.runs) == 1
     assert rec.calls == _calls(path, "claude-code")
 
@@ -105,13 +113,8 @@ def test_a_codex_call_started_is_scored_with_its_result(fixtures_dir, tmp_path):
     """An mcp_tool_call's item.started (no result yet) read as the call's answer '""', so it was
     scored at once and its item.completed (an error) never was; and the turn's usage, reported
     after its steps in turn.completed, never reached the budgets' token count."""
-    rec = _Recorder()
-    lines = (fixtures_dir / "codex_constructed_exec.jsonl").read_text().splitlines(True)
     path = tmp_path / "run.jsonl"
-    watch = TranscriptWatch(path, rec, fmt="codex")
-    append_lines(path, lines, watch.poll)
-    watch.poll(final=True)
-    watch.end()
+    rec, watch = _appended(fixtures_dir / "codex_constructed_exec.jsonl", path, "codex")
     final = read_transcript(path, "codex")
     assert rec.calls == _calls(path, "codex")
     assert any(c[1] == "docs.search" and c[4] for c in rec.calls)  # its error
@@ -159,13 +162,8 @@ def test_a_file_that_stops_reading_is_said_once(fixtures_dir, tmp_path, caplog):
 def test_an_aider_reply_is_scored_with_the_output_that_follows_it(fixtures_dir, tmp_path):
     """aider appends a reply, then its edits applied, lint errors and test output: a reply was
     scored at its first output line, and the failing lint that followed never reached it."""
-    rec = _Recorder()
-    src = (fixtures_dir / "aider_constructed_harness.md").read_text().splitlines(True)
     path = tmp_path / "astropy__astropy-12907.md"
-    watch = TranscriptWatch(path, rec, fmt="aider")
-    append_lines(path, src, watch.poll)
-    watch.poll(final=True)
-    watch.end()
+    rec, watch = _appended(fixtures_dir / "aider_constructed_harness.md", path, "aider")
     assert len(watch.runs) == 1
     assert rec.calls == _calls(path, "aider")
 
