@@ -51,8 +51,9 @@ from monitor.formats._fields import (
     malformed,
 )
 from monitor.formats._layout import CONTAINERS, place_file, run_id
+from monitor.formats.openhands_call_files import call_files, latest, without_timestamp
 from monitor.ledger import fill_estimates
-from monitor.textio import head_bytes, load_json, read_bytes, strip_gz
+from monitor.textio import head_bytes, load_json
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "openhands-completions"
@@ -70,14 +71,6 @@ def _looks_like_log(head: bytes) -> bool:
     return _HEAD.match(head) is not None and any(m in head for m in _MARKERS)
 
 
-def _call_files(folder: Path) -> list[Path]:
-    try:
-        children = sorted(folder.iterdir())
-    except OSError:
-        return []
-    return [p for p in children if p.is_file() and strip_gz(p.name).endswith(".json")]
-
-
 def sniff(path: Path, head: bytes) -> bool:
     """A file: JSON starting with `messages` and OpenHands' tool-call text or keys. A folder:
     every JSON file in it is such a log (one per call of one run)."""
@@ -85,7 +78,7 @@ def sniff(path: Path, head: bytes) -> bool:
         return _looks_like_log(head)
     if not Path(path).is_dir():
         return False
-    files = _call_files(Path(path))
+    files = call_files(Path(path))
     if not files:
         return False
     try:
@@ -230,17 +223,11 @@ def _response_message(data: dict[str, Any]) -> dict[str, Any] | None:
     return {**message, "role": "assistant"}
 
 
-def _without_timestamp(stem: str) -> str:
-    """`<model>-<unix time>` -> `<model>` (OpenHands names each call's file so)."""
-    head, sep, tail = stem.rpartition("-")
-    return head if sep and tail.replace(".", "", 1).isdigit() and len(tail) >= 9 else stem
-
-
 def _instance_id(path: Path) -> str:
     parent = path.parent.name
     if parent and parent not in CONTAINERS:
         return parent
-    return _without_timestamp(file_stem(path))
+    return without_timestamp(file_stem(path))
 
 
 def _parse(path: Path, data: Any) -> Trajectory:
@@ -256,7 +243,7 @@ def _parse(path: Path, data: Any) -> Trajectory:
     model = (
         as_str(as_dict(data.get("response")).get("model"))
         or as_str(as_dict(data.get("kwargs")).get("model"))
-        or (_without_timestamp(file_stem(path)) if path.parent.name == instance_id else "")
+        or (without_timestamp(file_stem(path)) if path.parent.name == instance_id else "")
     )
     cost = as_float(data.get("cost"))
     last = steps[-1] if steps else None
@@ -281,32 +268,10 @@ def _parse(path: Path, data: Any) -> Trajectory:
     )
 
 
-def _call_time(path: Path) -> float | None:
-    """The unix time in a call file's name (`<model>-<unix time>.json`), None without one."""
-    stem = file_stem(path)
-    if _without_timestamp(stem) == stem:
-        return None
-    return float(stem.rpartition("-")[2])  # digits with at most one ".": `_without_timestamp`
-
-
-def _latest(folder: Path) -> Path:
-    """The run's latest call file: by the time in its name when every file has one (a crashed
-    attempt's files stay beside a rerun's, so the longest conversation may be the old run's),
-    else the file with the longest conversation (within one run each call's conversation
-    extends the one before)."""
-    files = _call_files(folder)
-    if not files:
-        raise TranscriptError(folder, "no OpenHands completion files (*.json) in this folder")
-    times = [_call_time(p) for p in files]
-    if all(t is not None for t in times):
-        return max(zip(times, files, strict=True), key=lambda tp: (tp[0], tp[1].name))[1]
-    return max(files, key=lambda p: (len(read_bytes(p)), p.name))
-
-
 def read(path: Path) -> Trajectory:
     """Parse an OpenHands completion log (a file, or a folder of per-call files) into steps."""
     path = Path(path)
     if path.is_dir():
-        path = _latest(path)
+        path = latest(path)
     with malformed(path, "OpenHands completion log"):
         return _parse(path, load_json(path))
