@@ -154,7 +154,7 @@ def read(path: Path) -> Trajectory:
         steps=build.steps,
         exit_status=as_str(state.get("execution_status"))
         or build.status
-        or ("finish" if last is not None and last.tool == "finish" else ""),
+        or ("finish" if last is not None and last.kind == "submit" else ""),
         totals=Totals(
             tokens_in=tokens_in or None,
             tokens_out=tokens_out or None,

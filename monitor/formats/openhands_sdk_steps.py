@@ -3,7 +3,8 @@ reads from a persisted conversation and serving.hooks.openhands scores live, so 
 (kind, call, answer, error and tokens).
 
 Events are the SDK's JSON dumps (`kind` = the event class). An `ActionEvent` starts a step
-(a shell tool's `command`, else `tool(args)`; `finish` -> kind "submit"); the
+(a shell tool's `command`, else `tool(args)`; a `finish` whose arguments validated -> kind
+"submit", one refused or answered by an error stays an action: the run goes on); the
 `ObservationEvent` / `AgentErrorEvent` / `UserRejectObservation` that answers it (by `action_id`,
 else its `tool_call_id`: an agent error names only that) completes it; an agent `MessageEvent`
 is a message step, a `Condensation` a compaction step (the summary its observation). An answer
@@ -54,9 +55,11 @@ def _action_step(ev: dict[str, Any]) -> Step:
     """The step an `ActionEvent` (as its JSON dump) starts, nothing answered yet."""
     line, args = _action_line(ev)
     tool = as_str(ev.get("tool_name"))
+    # a finish the SDK could not validate (`action` is null) ended nothing
+    finished = tool == "finish" and isinstance(ev.get("action"), dict)
     return Step(
         index=0,
-        kind="submit" if tool == "finish" else "action",
+        kind="submit" if finished else "action",
         tool=tool,
         action=line,
         args=args or None,
@@ -131,6 +134,8 @@ class Steps:
             self.seen += len(text)
             if asked is not None and not asked.observation:
                 asked.observation, asked.is_error = text, is_error
+                if is_error and asked.kind == "submit":  # a finish refused: not an end
+                    asked.kind = "action"
                 return asked
             if asked is None:  # an answer to no call read (a conversation resumed mid-call)
                 step = Step(index=0, tool=as_str(ev.get("tool_name")), observation=text)

@@ -204,3 +204,33 @@ def test_steps_are_built_the_same_one_event_at_a_time(conversation: Path) -> Non
             build.tokens(step, {})
             done.append(_key(step))
     assert done == [_key(s) for s in read_trajectory(conversation).steps]
+
+
+def test_a_finish_that_did_not_validate_ends_nothing(conversation: Path, tmp_path: Path) -> None:
+    """A `finish` call whose arguments the SDK refused (its `action` null, answered by an
+    AgentErrorEvent) is an action that failed, not a submission: the run goes on, live and
+    replayed alike."""
+    events = _events(conversation)
+    finish, last = events[16], events[17]
+    refused = {**finish, "id": "bad-finish", "action": None, "tool_call_id": "call_bad"}
+    refused["tool_call"] = {**finish["tool_call"], "id": "call_bad", "arguments": "{}"}
+    error = {
+        "kind": "AgentErrorEvent",
+        "source": "agent",
+        "id": "bad-finish-error",
+        "parent_id": "bad-finish",
+        "tool_name": "finish",
+        "tool_call_id": "call_bad",
+        "error": "Error validating tool 'finish': message is required",
+    }
+    events = [*events[:16], refused, error, {**finish, "parent_id": "bad-finish-error"}, last]
+    t = read_trajectory(_jsonl(tmp_path / "f.jsonl", events))
+    assert [s.kind for s in t.steps][-2:] == ["action", "submit"]
+    assert t.steps[-2].is_error
+    assert t.steps[-2].tool == "finish"
+    # a validated finish the tool answered with an error is not an end either
+    answered = {**last, "observation": {**last["observation"], "is_error": True}}
+    t = read_trajectory(_jsonl(tmp_path / "g.jsonl", [*_events(conversation)[:17], answered]))
+    assert t.steps[-1].kind == "action"
+    assert t.steps[-1].is_error
+    assert t.exit_status != "finish"
