@@ -19,7 +19,16 @@ from monitor.textio import strip_gz
 
 # Tools whose `command` argument is the action itself (the shell command line).
 SHELL_TOOLS = frozenset(
-    {"bash", "shell", "execute_bash", "run", "local_shell", "exec_command", "terminal"}
+    {
+        "bash",
+        "shell",
+        "shell_command",
+        "execute_bash",
+        "run",
+        "local_shell",
+        "exec_command",
+        "terminal",
+    }
 )
 
 

@@ -121,6 +121,18 @@ def test_a_codex_call_started_is_scored_with_its_result(fixtures_dir, tmp_path):
     assert watch.totals["tokens"] == sum(s.tokens for s in final.steps) > 0
 
 
+def test_a_codex_rollout_is_followed_call_by_call(fixtures_dir, tmp_path):
+    """A Codex session rollout appended a line at a time: each call scored once, with its
+    output (a call is written before its output, and two calls of one response before either
+    output), and each response's recorded usage counted."""
+    path = tmp_path / "rollout.jsonl"
+    rec, watch = _appended(fixtures_dir / "codex_constructed_rollout.jsonl", path, "codex-rollout")
+    final = read_transcript(path, "codex-rollout")
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "codex-rollout")  # as scored: none before its output
+    assert watch.totals["tokens"] == sum(s.tokens for s in final.steps) == 46502 + 444
+
+
 def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
     """An ATIF file first saved with its system step only (no task yet): the session was opened
     with an empty task, or the run split in two when the task appeared."""
