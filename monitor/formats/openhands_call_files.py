@@ -34,6 +34,16 @@ def _call_time(path: Path) -> float | None:
     return float(stem.rpartition("-")[2])  # digits with at most one ".": `without_timestamp`
 
 
+def in_time_order(folder: Path) -> list[Path] | None:
+    """The folder's call files, oldest first by the time in their names; None when some file
+    has no time in its name (then no order of the calls is known)."""
+    files = call_files(folder)
+    times = [_call_time(p) for p in files]
+    if not files or any(t is None for t in times):
+        return None
+    return [p for _t, _n, p in sorted((t, p.name, p) for t, p in zip(times, files, strict=True))]
+
+
 def latest(folder: Path) -> Path:
     """The run's latest call file: by the time in its name when every file has one (a crashed
     attempt's files stay beside a rerun's, so the longest conversation may be the old run's),

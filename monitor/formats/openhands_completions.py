@@ -25,11 +25,17 @@ with "ERROR". Tokens: these logs carry no usage (and cost 0 for this proxy), so 
 estimated from the characters it was sent and answered (monitor.ledger).
 
 A file is one run (its instance is the folder it sits in, or the file name). A folder of such
-files, one per call, is the same run seen at every call: `read` takes the folder and uses its
-latest call file (by the time in the file names; else the longest conversation). A run whose
-history a condenser shortened (OpenHands' `[condenser]`, off in its SWE-bench evaluation by
-default) sends fewer turns on its later calls, so its latest file holds fewer steps than an
-earlier one: read so, it is the condensed view, and a watch takes it for another attempt.
+files, one per call, is the same run seen at every call: `read` takes the folder and gives the
+run its latest call belongs to. When that file holds one step per call file it is the whole run
+(the common case: one file parsed). Otherwise the files are read in the order of the times in
+their names and each is joined onto the run so far (`openhands_condensed.continuation`): a
+call whose history grew, or that a condenser shortened (OpenHands' `[condenser]`, off in its
+SWE-bench evaluation by default, on in the app; the controller also halves the history on a
+context-window error), goes on with the steps after those already known; a call that does not
+go on from the run starts another attempt (a rerun beside a crashed attempt's files), and the
+last attempt is the run. A condenser's own LLM calls in the folder are skipped; what cannot be
+told is said in monitor.formats.openhands_condensed. Without times in every file name the
+latest is the longest conversation, read alone.
 """
 
 from __future__ import annotations
@@ -51,7 +57,19 @@ from monitor.formats._fields import (
     malformed,
 )
 from monitor.formats._layout import CONTAINERS, place_file, run_id
-from monitor.formats.openhands_call_files import call_files, latest, without_timestamp
+from monitor.formats.openhands_call_files import (
+    call_files,
+    in_time_order,
+    latest,
+    without_timestamp,
+)
+from monitor.formats.openhands_condensed import (
+    Call,
+    is_condenser_call,
+    joined,
+    marked,
+    session_id,
+)
 from monitor.ledger import fill_estimates
 from monitor.textio import head_bytes, load_json
 from monitor.types import Step, Totals, Trajectory
@@ -230,10 +248,14 @@ def _instance_id(path: Path) -> str:
     return without_timestamp(file_stem(path))
 
 
-def _parse(path: Path, data: Any) -> Trajectory:
+def _messages(path: Path, data: Any) -> list[dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         raise TranscriptError(path, "not an OpenHands completion log (no `messages` list)")
-    messages = [m for m in data["messages"] if isinstance(m, dict)]
+    return [m for m in data["messages"] if isinstance(m, dict)]
+
+
+def _parse(path: Path, data: Any) -> Trajectory:
+    messages = _messages(path, data)
     if not any(m.get("role") == "user" for m in messages):
         raise TranscriptError(path, "OpenHands completion log without a task (no user message)")
     steps, ctx, out = _steps(messages, _response_message(data))
@@ -268,10 +290,35 @@ def _parse(path: Path, data: Any) -> Trajectory:
     )
 
 
+def _load(path: Path) -> Call | None:
+    """One call file as read (openhands_condensed.Call); None for a condenser's own LLM call."""
+    with malformed(path, "OpenHands completion log"):
+        data = load_json(path)
+        messages = _messages(path, data)
+        if is_condenser_call(messages):
+            return None
+        mark = marked(messages, _task_index(messages))
+        return Call(_parse(path, data), mark, session_id(data))
+
+
+def _read_folder(folder: Path) -> Trajectory:
+    """The run of a folder of call files: its latest call's file when that holds a step per
+    call file (nothing condensed, no other attempt, no call left out), else the files joined."""
+    files = in_time_order(folder)
+    if files is None:
+        path = latest(folder)
+        with malformed(path, "OpenHands completion log"):
+            return _parse(path, load_json(path))
+    last = _load(files[-1])
+    if last is not None and len(last.run.steps) == len(files):
+        return last.run
+    return joined(folder, files, _load)
+
+
 def read(path: Path) -> Trajectory:
     """Parse an OpenHands completion log (a file, or a folder of per-call files) into steps."""
     path = Path(path)
     if path.is_dir():
-        path = latest(path)
+        return _read_folder(path)
     with malformed(path, "OpenHands completion log"):
         return _parse(path, load_json(path))

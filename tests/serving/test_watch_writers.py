@@ -248,6 +248,45 @@ def test_a_rerun_beside_a_crashed_attempts_call_files_is_a_new_run(data_dir, tmp
     assert rec.calls[10:] == _calls(folder, "openhands-completions")
 
 
+def _condensed(calls: list[dict], at: int, keep: int) -> list[dict]:
+    """`calls` as OpenHands' LLMSummarizingCondenser leaves them from call `at` on: the system
+    prompt, the task, the summary as a user message, then the turns from `at - keep` on (its
+    `keep_first` head, the summary at `summary_offset`, the latest events: memory/view.py)."""
+    out = []
+    for k, call in enumerate(calls):
+        msgs = call["messages"]
+        task = next(i for i, m in enumerate(msgs) if m["role"] == "user" and "NEW TASK" in str(m))
+        turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and i > task]
+        if k < at:
+            out.append(call)
+            continue
+        summary = {"role": "user", "content": "\n\nUSER_CONTEXT: fix separability_matrix"}
+        kept = msgs[: task + 1] + [summary] + msgs[turns[at - keep] :]
+        out.append({**call, "messages": kept})
+    return out
+
+
+def test_a_condensed_openhands_history_is_the_same_run(data_dir, tmp_path):
+    """A condenser shortens the history sent from call 12 on (a summary, the latest 4 turns):
+    the latest call file holds fewer steps than were seen, yet it is the run gone on, not a
+    rerun; each step is scored once, with the result it got."""
+    calls = _openhands_calls(data_dir)
+    folder = tmp_path / "llm_completions" / "astropy__astropy-12907"
+    folder.mkdir(parents=True)
+    rec = _Recorder()
+    watch = TranscriptWatch(folder, rec, fmt="openhands-completions")
+    for k, doc in enumerate(_condensed(calls, 12, 4)):
+        (folder / f"claude-{1743400000 + k}.000000.json").write_text(json.dumps(doc))
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    whole = tmp_path / "whole.json"  # the run's last call, never condensed
+    whole.write_text(json.dumps(calls[-1]))
+    assert rec.calls == _calls(whole, "openhands-completions")
+    assert watch.totals["steps"] == len(calls)
+
+
 def test_an_openhands_sdk_conversation_is_followed_event_by_event(fixtures_dir, tmp_path):
     """A persisted OpenHands SDK conversation grows one event file at a time (a call, then
     the file of its observation): each call is scored once, with its observation."""
