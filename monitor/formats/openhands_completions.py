@@ -40,19 +40,15 @@ latest is the longest conversation, read alone.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import TranscriptError
 from monitor.formats._fields import (
-    action_text,
     as_dict,
     as_float,
-    as_list,
     as_str,
-    content_text,
     file_stem,
     malformed,
 )
@@ -63,6 +59,13 @@ from monitor.formats.openhands_call_files import (
     latest,
     without_timestamp,
 )
+from monitor.formats.openhands_completions_steps import (
+    message_text,
+    read_steps,
+    response_message,
+    task_index,
+    task_text,
+)
 from monitor.formats.openhands_condensed import (
     Call,
     is_condenser_call,
@@ -72,17 +75,12 @@ from monitor.formats.openhands_condensed import (
 )
 from monitor.ledger import fill_estimates
 from monitor.textio import head_bytes, load_json
-from monitor.types import Step, Totals, Trajectory
+from monitor.types import Totals, Trajectory
 
 NAME = "openhands-completions"
 
 _HEAD = re.compile(rb'^\s*\{\s*"messages"\s*:\s*\[')
 _MARKERS = (b"<function=", b"EXECUTION RESULT of [", b'"fncall_messages"', b"OpenHands agent")
-_RESULT = re.compile(r"^EXECUTION RESULT of \[([\w.-]+)\]:\n?")
-_EXIT = re.compile(r"\[Command finished with exit code (-?\d+)\]")
-_TIMEOUT = re.compile(r"\[Command timed out|command timed out", re.I)
-_TASK_START = "NEW TASK DESCRIPTION"
-_CONTINUE = "Please continue working on the task"
 
 
 def _looks_like_log(head: bytes) -> bool:
@@ -105,142 +103,6 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
 
 
-def _text(message: dict[str, Any]) -> str:
-    return content_text(message.get("content"))
-
-
-def _task_index(messages: list[dict[str, Any]]) -> int:
-    """Index of the user message that carries the task (after any in-context example)."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    for i in users:
-        if _TASK_START in _text(messages[i]):
-            return i
-    for i in users:
-        if "<issue_description>" in _text(messages[i]) or "<uploaded_files>" in _text(messages[i]):
-            return i
-    return users[0] if users else 0
-
-
-def _between(text: str, start: str, end: str, pos: int = 0) -> tuple[str, int] | None:
-    """The text between `start` (searched from `pos`) and the next `end` (or the end of the
-    text), and the index after it; None without `start`. str.find only: linear time."""
-    i = text.find(start, pos)
-    if i < 0:
-        return None
-    i += len(start)
-    j = text.find(end, i)
-    if j < 0:
-        return text[i:], len(text)
-    return text[i:j], j + len(end)
-
-
-def _task(text: str) -> str:
-    issue = _between(text, "<issue_description>", "</issue_description>")
-    if issue is not None:
-        return issue[0].strip()
-    if _TASK_START in text:
-        text = text.split(_TASK_START, 1)[1].lstrip("-").lstrip()
-    return text.strip()
-
-
-def _call(message: dict[str, Any]) -> tuple[str, dict[str, Any], str, int]:
-    """(tool, args, thought, number of calls) of an assistant turn (text or native form)."""
-    calls = as_list(message.get("tool_calls"))
-    text = _text(message)
-    if calls:
-        fn = as_dict(as_dict(calls[0]).get("function"))
-        raw = fn.get("arguments")
-        try:
-            args = json.loads(raw) if isinstance(raw, str) else as_dict(raw)
-        except ValueError:
-            args = {"raw": raw}
-        return as_str(fn.get("name")), as_dict(args) or {"raw": raw}, text.strip(), len(calls)
-    start = text.find("<function=")
-    call = _between(text, "<function=", "</function>")
-    if call is None:
-        return "", {}, text.strip(), 0
-    name, _, body = call[0].partition(">")
-    params: dict[str, Any] = {}
-    pos = 0
-    while (param := _between(body, "<parameter=", "</parameter>", pos)) is not None:
-        key, _, value = param[0].partition(">")
-        params[key.strip()] = value.strip("\n")
-        pos = param[1]
-    return name.strip(), params, text[:start].strip(), text.count("<function=")
-
-
-def _result(messages: list[dict[str, Any]]) -> str:
-    parts = []
-    for m in messages:
-        text = _text(m)
-        parts.append(_RESULT.sub("", text, count=1))
-    return "\n".join(p for p in parts if p)
-
-
-def _is_error(tool: str, observation: str) -> bool:
-    code = _EXIT.search(observation[-400:])
-    if code is not None:
-        return int(code.group(1)) != 0
-    if _TIMEOUT.search(observation[:400]):
-        return True
-    return observation.lstrip().startswith("ERROR")
-
-
-def _step(message: dict[str, Any], results: list[dict[str, Any]], index: int) -> Step:
-    tool, args, thought, n_calls = _call(message)
-    observation = _result(results)
-    step = Step(index=index, tool=tool, thought=thought, args=args or None)
-    step.action = action_text(tool, args) if tool else ""
-    step.observation = observation
-    if not tool:
-        step.kind = "message"
-    elif tool == "finish":
-        step.kind = "submit"
-    else:
-        step.is_error = _is_error(tool, observation)
-    step.raw = [message, *results]
-    return step
-
-
-def _steps(
-    messages: list[dict[str, Any]], response: dict[str, Any] | None
-) -> tuple[list[Step], list[int], list[int]]:
-    start = _task_index(messages)
-    seen = sum(len(_text(m)) for m in messages[: start + 1])
-    steps: list[Step] = []
-    ctx: list[int] = []
-    out: list[int] = []
-    i = start + 1
-    while i < len(messages):
-        m = messages[i]
-        if m.get("role") != "assistant":
-            seen += len(_text(m))
-            i += 1
-            continue
-        j = i + 1
-        while j < len(messages) and messages[j].get("role") in ("user", "tool"):
-            j += 1
-        steps.append(_step(m, messages[i + 1 : j], len(steps)))
-        ctx.append(seen)
-        out.append(len(_text(m)))
-        seen += sum(len(_text(x)) for x in messages[i:j])
-        i = j
-    if response is not None:
-        steps.append(_step(response, [], len(steps)))
-        ctx.append(seen)
-        out.append(len(_text(response)))
-    return steps, ctx, out
-
-
-def _response_message(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The answer to the logged call (`response.choices[0].message`), None when absent."""
-    choices = as_list(as_dict(data.get("response")).get("choices"))
-    message = as_dict(as_dict(choices[0]).get("message")) if choices else {}
-    if not message or not (_text(message) or message.get("tool_calls")):
-        return None
-    return {**message, "role": "assistant"}
-
-
 def _instance_id(path: Path) -> str:
     parent = path.parent.name
     if parent and parent not in CONTAINERS:
@@ -258,7 +120,7 @@ def _parse(path: Path, data: Any) -> Trajectory:
     messages = _messages(path, data)
     if not any(m.get("role") == "user" for m in messages):
         raise TranscriptError(path, "OpenHands completion log without a task (no user message)")
-    steps, ctx, out = _steps(messages, _response_message(data))
+    steps, ctx, out = read_steps(messages, response_message(data))
     fill_estimates(steps, ctx, out)
     instance_id = _instance_id(path)
     source, run = place_file(path, instance_id)
@@ -278,7 +140,7 @@ def _parse(path: Path, data: Any) -> Trajectory:
         model=model,
         format=NAME,
         path=str(path),
-        task=_task(_text(messages[_task_index(messages)])),
+        task=task_text(message_text(messages[task_index(messages)])),
         steps=steps,
         exit_status="finish" if last is not None and last.tool == "finish" else "",
         totals=Totals(
@@ -297,7 +159,7 @@ def _load(path: Path) -> Call | None:
         messages = _messages(path, data)
         if is_condenser_call(messages):
             return None
-        mark = marked(messages, _task_index(messages))
+        mark = marked(messages, task_index(messages))
         return Call(_parse(path, data), mark, session_id(data))
 
 
