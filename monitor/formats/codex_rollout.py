@@ -16,12 +16,15 @@ files (mid-2025) have no envelope: a bare session meta line, then bare response 
 
 Steps are built by monitor.formats.codex_rollout_steps. The task is the first `user_message`
 (else the first user message that is not injected context: `<environment_context>`, AGENTS.md
-instructions). The run id is the session id. A live file may end in a call not answered yet (a
+instructions). The run id is the session id; a rollout in Codex's own `sessions/YYYY/MM/DD/`
+folders has source "codex" (elsewhere its folder names the source). A live file may end in a call not answered yet (a
 step with no observation, which a watch holds back) or in a cut line (dropped).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,14 @@ NAME = "codex-rollout"
 _LINES = {"session_meta", "response_item", "compacted", "turn_context", "event_msg"}
 _ITEMS = {*CALLS, *OUTPUTS, "message", "reasoning", "web_search_call", "ghost_snapshot"}
 _ENDS = {"exec_command_end", "patch_apply_end", "mcp_tool_call_end"}
+_DAY = re.compile(r"^\d{4}/\d{2}/\d{2}$")
+
+
+def _source(path: Path) -> str:
+    """ "codex" for a rollout where Codex keeps it (`sessions/YYYY/MM/DD/`: a day's folder names
+    no source), else "" (the folder holding it names the source, as for other readers)."""
+    parts = Path(os.path.abspath(path)).parts
+    return "codex" if len(parts) > 4 and _DAY.match("/".join(parts[-4:-1])) else ""
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -116,6 +127,7 @@ def read(path: Path) -> Trajectory:
         id=session or file_stem(path),
         instance_id=file_stem(path),
         agent="codex",
+        source=_source(path),
         model=model,
         format=NAME,
         path=str(path),

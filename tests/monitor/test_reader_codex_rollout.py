@@ -13,6 +13,7 @@ import pytest
 from monitor.errors import TranscriptError
 from monitor.formats import codex, codex_rollout
 from monitor.reading import detect, read_trajectory
+from serving.transcripts import read_transcript
 
 SESSION = "019af3c2-6e55-7b31-8f0a-52d4c1a9e7b3"
 
@@ -134,3 +135,17 @@ def test_a_file_with_no_rollout_lines_is_said(tmp_path: Path) -> None:
     path = _write(tmp_path / "meta-only.jsonl", [meta])
     with pytest.raises(TranscriptError, match="no Codex rollout lines"):
         codex_rollout.read(path)
+
+
+def test_a_rollout_where_codex_keeps_it_has_source_codex(rollout: Path, tmp_path: Path) -> None:
+    """`~/.codex/sessions/2026/12/07/rollout-...jsonl`: the day's folder names no source."""
+    day = tmp_path / "sessions" / "2026" / "12" / "07"
+    day.mkdir(parents=True)
+    kept = day / f"rollout-2026-12-07T10-00-00-{SESSION}.jsonl"
+    kept.write_text(rollout.read_text())
+    assert read_transcript(kept).source == "codex"
+    harness = tmp_path / "my-codex"
+    harness.mkdir()
+    mine = harness / "django__django-11099.jsonl"
+    mine.write_text(rollout.read_text())
+    assert read_transcript(mine).source == "my-codex"
