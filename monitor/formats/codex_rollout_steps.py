@@ -124,7 +124,8 @@ def end_failed(event: dict[str, Any]) -> bool:
     kind = as_str(event.get("type"))
     if kind == "exec_command_end":
         code = event.get("exit_code")
-        return (isinstance(code, int) and code != 0) or event.get("status") == "failed"
+        bad_code = isinstance(code, int) and not isinstance(code, bool) and code != 0
+        return bad_code or event.get("status") == "failed"
     if kind == "patch_apply_end":
         return event.get("success") is False or event.get("status") in ("failed", "declined")
     result = as_dict(event.get("result"))  # mcp_tool_call_end
