@@ -28,6 +28,7 @@ SHELL_TOOLS = frozenset(
         "local_shell",
         "exec_command",
         "terminal",
+        "run_shell_command",
     }
 )
 

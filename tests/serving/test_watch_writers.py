@@ -133,6 +133,35 @@ def test_a_codex_rollout_is_followed_call_by_call(fixtures_dir, tmp_path):
     assert watch.totals["tokens"] == sum(s.tokens for s in final.steps) == 46502 + 444
 
 
+def test_a_gemini_cli_session_is_followed_as_the_cli_appends_it(fixtures_dir, tmp_path):
+    """Gemini CLI (v0.39+) appends a message again each time it changes (its calls once they
+    ran) and drops a rewound one: each call scored once, with its result, the rewound reply
+    never, and each recorded usage counted once."""
+    path = tmp_path / "session.jsonl"
+    src = fixtures_dir / "gemini_cli_constructed_session.jsonl"
+    rec, watch = _appended(src, path, "gemini-cli")
+    final = read_transcript(path, "gemini-cli")
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "gemini-cli")
+    assert watch.totals["tokens"] == sum(s.tokens for s in final.steps) == 51747 + 353
+
+
+def test_a_gemini_cli_json_session_rewritten_in_place_is_one_run(fixtures_dir, tmp_path):
+    """Gemini CLI up to v0.38 rewrites its whole session JSON in place at every update (the
+    genuine session, saved after each message)."""
+    rec = _Recorder()
+    doc = json.loads((fixtures_dir / "gemini_cli_session_pomodoro.json").read_text())
+    path = tmp_path / "session-2025-10-21T20-04-0b23371a.json"
+    watch = TranscriptWatch(path, rec, fmt="gemini-cli")
+    for k in range(1, len(doc["messages"]) + 1):
+        path.write_text(json.dumps({**doc, "messages": doc["messages"][:k]}, indent=2))
+        watch.poll()
+    watch.poll(final=True)
+    watch.end()
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "gemini-cli")
+
+
 def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
     """An ATIF file first saved with its system step only (no task yet): the session was opened
     with an empty task, or the run split in two when the task appeared."""

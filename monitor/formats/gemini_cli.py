@@ -1,0 +1,227 @@
+"""Gemini CLI sessions: the file Gemini CLI records every session to
+(`~/.gemini/tmp/<project>/chats/session-<YYYY-MM-DDTHH-MM>-<id>.json`, `.jsonl` since v0.39).
+
+Source of truth: google-gemini/gemini-cli `packages/core/src/services/chatRecordingTypes.ts` and
+`chatRecordingService.ts` (ConversationRecord {sessionId, projectHash, startTime, lastUpdated,
+messages}; MessageRecord {id, timestamp, type: user | gemini | info | error | warning, content,
+thoughts[{subject, description}], tokens{input, output, cached, thoughts, tool, total}, model,
+toolCalls[{id, name, args, result, status}]}); `core/geminiChat.ts` (a call's `result` is the
+Gemini `functionResponse` parts sent back to the model); `tools/shell.ts` (`Exit Code: N` in a
+shell command's output). Up to v0.38 the file is one JSON object rewritten in place at every
+update; since v0.39 it is JSONL, appended: a header line, message lines (a message is appended
+again whenever it changes: the last copy holds, at the first one's place), `{"$set": {...}}`
+updates (`messages` in one replaces them all) and `{"$rewindTo": id}` (that message and the ones
+after it dropped).
+
+Steps: each tool call of a `gemini` message, with its result (embedded in the call) as the
+observation; a `gemini` message without calls is prose. The message's text and thoughts are the
+thought of its first step, its recorded tokens that step's (the others of the message get 0; no
+usage, or all zeros, is estimated). An error: the call's status `error` / `cancelled`, an `error`
+in its response, or a non-zero `Exit Code` (a shell command that failed is still `success`). The
+task is the first user message a person wrote (not a slash command, the injected
+`<session_context>`, or tool responses recorded as a user message, v0.44+). The run id is the
+session id; a file in Gemini's own `chats/` folder has source "gemini-cli".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import TranscriptError
+from monitor.formats._fields import (
+    action_text,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    content_text,
+    file_stem,
+    head_records,
+    malformed,
+    parse_time,
+)
+from monitor.ledger import fill_estimates
+from monitor.textio import read_text
+from monitor.types import Step, Totals, Trajectory
+
+NAME = "gemini-cli"
+
+_LEGACY = re.compile(rb'^\s*\{\s*"sessionId"\s*:\s*"[^"]*"\s*,\s*"projectHash"')
+_EXIT = re.compile(r"^Exit Code: (-?\d+)", re.M)
+_NOT_TASK = ("/", "?", "<session_context>", "<hook_context>")
+_SHELL = {"run_shell_command"}
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """The legacy JSON (`{"sessionId": ..., "projectHash": ...`) or JSONL whose first line is the
+    header (`sessionId` and `projectHash`, no `type`)."""
+    if _LEGACY.match(head):
+        return True
+    recs = head_records(head, limit=1)
+    return (
+        bool(recs) and "projectHash" in recs[0] and "sessionId" in recs[0] and "type" not in recs[0]
+    )
+
+
+def _records(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and the messages, from either encoding (JSONL replayed as the CLI does)."""
+    text = read_text(path)
+    if not text.strip():
+        raise TranscriptError(path, "empty file")
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+        return whole, [m for m in whole["messages"] if isinstance(m, dict)]
+    header: dict[str, Any] = {}
+    order: list[str] = []
+    latest: dict[str, dict[str, Any]] = {}
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            if i == len(lines) - 1:
+                break  # a line being appended
+            raise TranscriptError(path, f"line {i + 1} is not JSON: {e}") from e
+        if not isinstance(rec, dict):
+            continue
+        if "$rewindTo" in rec:
+            at = as_str(rec["$rewindTo"])
+            cut = order.index(at) if at in order else 0
+            for gone in order[cut:]:
+                latest.pop(gone, None)
+            del order[cut:]
+        elif isinstance(rec.get("id"), str) and "type" in rec:
+            if rec["id"] not in latest:
+                order.append(rec["id"])
+            latest[rec["id"]] = rec
+        elif isinstance(rec.get("$set"), dict):
+            update = rec["$set"]
+            if isinstance(update.get("messages"), list):  # a checkpoint: the whole list
+                kept = [m for m in update["messages"] if isinstance(m, dict)]
+                order = [as_str(m.get("id")) for m in kept]
+                latest = {as_str(m.get("id")): m for m in kept}
+            header.update({k: v for k, v in update.items() if k != "messages"})
+        elif "sessionId" in rec:
+            header = {**rec, **header}
+    return header, [latest[k] for k in order if k in latest]
+
+
+def _parts(content: Any) -> list[Any]:
+    return content if isinstance(content, list) else [content]
+
+
+def _typed(content: Any) -> str:
+    """What a person typed: the text parts of a user message ("" for tool responses only)."""
+    return "\n".join(
+        p if isinstance(p, str) else as_str(as_dict(p).get("text")) for p in _parts(content)
+    ).strip()
+
+
+def _result(call: dict[str, Any]) -> tuple[str, bool]:
+    """A call's output as the model got it, and whether its response is an error."""
+    texts, error = [], False
+    for part in as_list(call.get("result")):
+        fr = as_dict(as_dict(part).get("functionResponse"))
+        if not fr:
+            texts.append(content_text([part]))
+            continue
+        if fr.get("id") not in (None, call.get("id")):
+            continue  # a sibling call's response (kept with it after output masking)
+        response = as_dict(fr.get("response"))
+        if "error" in response:
+            error = True
+            texts.append(as_str(response.get("error")))
+        out = response.get("output")
+        texts.append(out if isinstance(out, str) else json.dumps(out) if out is not None else "")
+    return "\n".join(t for t in texts if t), error
+
+
+def _call_step(call: dict[str, Any], thought: str, timestamp: float | None) -> Step:
+    name = as_str(call.get("name"))
+    args = as_dict(call.get("args"))
+    text, error = _result(call)
+    code = _EXIT.search(text) if name in _SHELL else None
+    failed = as_str(call.get("status")) in ("error", "cancelled") or error
+    step = Step(index=0, tool=name, action=action_text(name, args), args=args or None)
+    step.thought, step.timestamp, step.raw = thought, timestamp, call
+    step.observation = text or as_str(call.get("status")) or "(no output)"
+    step.is_error = failed or (code is not None and int(code.group(1)) != 0)
+    return step
+
+
+def _thought(message: dict[str, Any]) -> str:
+    notes = [
+        ": ".join(t for t in (as_str(d.get("subject")), as_str(d.get("description")).strip()) if t)
+        for d in map(as_dict, as_list(message.get("thoughts")))
+    ]
+    return "\n".join(t for t in [*notes, as_str(message.get("content")).strip()] if t)
+
+
+def _source(path: Path) -> str:
+    """ "gemini-cli" in Gemini's own `chats/` folder (it names no source), else "" (the folder
+    holding the file names it, as for other readers)."""
+    return "gemini-cli" if Path(os.path.abspath(path)).parent.name == "chats" else ""
+
+
+def read(path: Path) -> Trajectory:
+    """Parse a Gemini CLI session file (legacy JSON or JSONL) into steps."""
+    path = Path(path)
+    with malformed(path, "Gemini CLI session"):
+        header, messages = _records(path)
+    if not header.get("sessionId") and not messages:
+        raise TranscriptError(path, "no Gemini CLI session header or messages")
+    steps: list[Step] = []
+    ctx: list[int] = []
+    out: list[int] = []
+    seen, task, model = 0, "", ""
+    for m in messages:
+        kind, when = as_str(m.get("type")), parse_time(m.get("timestamp"))
+        if kind != "gemini":
+            typed = _typed(m.get("content")) if kind == "user" else ""
+            if typed and not task and not typed.startswith(_NOT_TASK):
+                task = typed
+            seen += len(typed or content_text(m.get("content")))
+            continue
+        model = as_str(m.get("model")) or model
+        thought = _thought(m)
+        calls = [as_dict(c) for c in as_list(m.get("toolCalls"))]
+        made = [_call_step(c, thought if k == 0 else "", when) for k, c in enumerate(calls)]
+        if not made:
+            made = [Step(index=0, kind="message", thought=thought, timestamp=when, raw=m)]
+        tokens = as_dict(m.get("tokens"))
+        tin, tout = as_int(tokens.get("input")), as_int(tokens.get("output"))
+        for k, step in enumerate(made):
+            step.index = len(steps)
+            if tin or tout:
+                step.tokens_in, step.tokens_out = (tin, tout) if k == 0 else (0, 0)
+                step.tokens_estimated = False
+            steps.append(step)
+            ctx.append(seen)
+            out.append(len(step.thought) + len(step.action))
+            seen += out[-1] + len(step.observation)
+    fill_estimates(steps, ctx, out)
+    whole = bool(steps) and not any(s.tokens_estimated for s in steps)  # every call's usage
+    return Trajectory(
+        id=as_str(header.get("sessionId")) or file_stem(path),
+        instance_id=file_stem(path),
+        agent="gemini-cli",
+        source=_source(path),
+        model=model,
+        format=NAME,
+        path=str(path),
+        task=task,
+        steps=steps,
+        totals=Totals(
+            tokens_in=sum(s.tokens_in for s in steps) if whole else None,
+            tokens_out=sum(s.tokens_out for s in steps) if whole else None,
+        ),
+    )
