@@ -162,6 +162,16 @@ def test_a_gemini_cli_json_session_rewritten_in_place_is_one_run(fixtures_dir, t
     assert rec.calls == _calls(path, "gemini-cli")
 
 
+def test_a_gemini_stream_is_followed_call_by_call(fixtures_dir, tmp_path):
+    """`gemini -p --output-format stream-json` captured to a file: each call scored once with
+    its result, the assistant's text chunks as the next call's thought."""
+    path = tmp_path / "run.jsonl"
+    src = fixtures_dir / "gemini_cli_constructed_stream.jsonl"
+    rec, watch = _appended(src, path, "gemini-stream")
+    assert len(watch.runs) == 1
+    assert rec.calls == _calls(path, "gemini-stream")
+
+
 def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
     """An ATIF file first saved with its system step only (no task yet): the session was opened
     with an empty task, or the run split in two when the task appeared."""
