@@ -70,7 +70,7 @@ def sniff(path: Path, head: bytes) -> bool:
     A file: JSONL whose first record is an SDK event (a known `kind`, and a `source`)."""
     if head:
         recs = head_records(head, limit=1)
-        return bool(recs) and recs[0].get("kind") in _KINDS and "source" in recs[0]
+        return bool(recs) and as_str(recs[0].get("kind")) in _KINDS and "source" in recs[0]
     path = Path(path)
     if not path.is_dir():
         return False
