@@ -18,7 +18,10 @@ Steps are built by monitor.formats.codex_rollout_steps. The task is the first `u
 (else the first user message that is not injected context: `<environment_context>`, AGENTS.md
 instructions). The run id is the session id; a rollout in Codex's own `sessions/YYYY/MM/DD/`
 folders has source "codex" (elsewhere its folder names the source). A live file may end in a call not answered yet (a
-step with no observation, which a watch holds back) or in a cut line (dropped).
+step with no observation, which a watch holds back) or in a cut line (dropped). Known limit: the
+outputs of parallel calls are taken to be written in the order of the calls (as the model gets
+them back); an output written before an earlier call's would let a watch score that earlier
+call before its output.
 """
 
 from __future__ import annotations

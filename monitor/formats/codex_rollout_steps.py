@@ -45,7 +45,17 @@ CONTEXT = (
     "<turn_aborted>",
     "<permissions instructions>",
 )
-_SKIP_TOOLS = {"update_plan"}  # the plan tool: bookkeeping, as `todo_list` in `codex exec --json`
+_SKIP_TOOLS = {"update_plan"}
+# The tools whose output starts with an exit-code header (`Exit code: N`, `Process exited with
+# code N`): shell commands, unified exec, apply_patch.
+_HEADED = {
+    "shell",
+    "shell_command",
+    "exec_command",
+    "write_stdin",
+    "local_shell",
+    "apply_patch",
+}  # the plan tool: bookkeeping, as `todo_list` in `codex exec --json`
 _CODE = re.compile(r"^(?:Exit code: |.*?Process exited with code )(-?\d+)", re.M)
 _FAILED = (
     "command timed out after",
@@ -97,8 +107,10 @@ def call_step(item: dict[str, Any], thought: str, timestamp: float | None) -> St
     return Step(index=0, tool=name, action=action, args=args, thought=thought, timestamp=timestamp)
 
 
-def output_text(output: Any) -> tuple[str, bool]:
-    """An output's text and whether it reports a failure."""
+def output_text(output: Any, tool: str = "") -> tuple[str, bool]:
+    """An output's text and whether it reports a failure. The exit-code headers are read only
+    for the tools that write them (shell commands, apply_patch) and only before `Output:`, so a
+    file or a program's output that prints `Exit code: 1` is not an error."""
     if isinstance(output, str) and output.startswith("{"):
         try:
             parsed = json.loads(output)
@@ -112,8 +124,11 @@ def output_text(output: Any) -> tuple[str, bool]:
         text = content_text(output.get("content")) or as_str(output.get("text"))
         return text, output.get("success") is False
     text = content_text(output)
-    m = _CODE.search(text[:2000])
-    failed = (m is not None and int(m.group(1)) != 0) or text.startswith(_FAILED)
+    failed = text.startswith(_FAILED) or text.strip() == "aborted"  # a call its turn aborted
+    if tool in _HEADED:
+        header = text.split("\nOutput:", 1)[0][:1000]
+        m = _CODE.search(header)
+        failed = failed or (m is not None and int(m.group(1)) != 0)
     return text, failed
 
 
@@ -143,7 +158,6 @@ class Steps:
         self.out: list[int] = []  # characters of the step's call
         self.seen = 0
         self.response: list[Step] = []  # steps of the model response no usage has covered yet
-        self.total = 0  # the last cumulative total_tokens read (for files without last usage)
         self.totals: dict[str, Any] = {}  # the last `total_token_usage` read
         self.carry = (0, 0)  # usage of responses that made no step (the plan tool), for the next
         self.task = ""
@@ -169,10 +183,13 @@ class Steps:
             if call is not None:
                 call.raw = item
                 self._add(call, len(call.action) + len(call.thought))
-                self.by_call[as_str(item.get("call_id"))] = call
+                key = as_str(item.get("call_id")) or as_str(item.get("id"))
+                if key:  # a call with no id cannot be paired: it stays unanswered
+                    self.by_call[key] = call
         elif kind in OUTPUTS:
-            asked = self.by_call.get(as_str(item.get("call_id")))
-            text, failed = output_text(item.get("output"))
+            key = as_str(item.get("call_id"))
+            asked = self.by_call.get(key) if key else None
+            text, failed = output_text(item.get("output"), asked.tool if asked else "")
             self.seen += len(text)
             if asked is not None:  # an `*_end` event before it may have said it failed
                 asked.observation = text or "(no output)"
@@ -190,21 +207,24 @@ class Steps:
         """The context was compacted (a `compacted` line, a compaction item)."""
         step = Step(index=0, kind="compaction", action="compaction")
         step.observation, step.timestamp = summary or "compacted", timestamp
-        self._add(step, 0)
+        self._add(step, 0, waits=False)  # the next response's usage is the next call's
 
     def usage(self, info: dict[str, Any]) -> None:
-        """A `token_count` event's usage: the model response just read."""
+        """A `token_count` event's usage: the model response just read (`last_token_usage`,
+        else what the running total grew by)."""
         last = as_dict(info.get("last_token_usage"))
-        self.totals = as_dict(info.get("total_token_usage")) or self.totals
-        total = as_int(self.totals.get("total_tokens"))
-        if total and total == self.total:
+        totals = as_dict(info.get("total_token_usage"))
+        if totals and totals == self.totals:
             return  # repeated: nothing new was sampled
-        grown = total - self.total if total else 0
-        self.total = total or self.total
-        tin, tout = as_int(last.get("input_tokens")), as_int(last.get("output_tokens"))
-        if not last and grown > 0:
-            tin, tout = grown, 0  # only the running total: all of it counted as the prompt
-        tin, tout = tin + self.carry[0], tout + self.carry[1]
+        if last:
+            tin, tout = as_int(last.get("input_tokens")), as_int(last.get("output_tokens"))
+        else:
+            tin = as_int(totals.get("input_tokens")) - as_int(self.totals.get("input_tokens"))
+            tout = as_int(totals.get("output_tokens")) - as_int(self.totals.get("output_tokens"))
+        self.totals = totals or self.totals
+        if tin <= 0 and tout <= 0:
+            return  # nothing usable: the waiting steps keep waiting (else estimated)
+        tin, tout = max(tin, 0) + self.carry[0], max(tout, 0) + self.carry[1]
         if not self.response:
             self.carry = (tin, tout)
             return
@@ -224,10 +244,11 @@ class Steps:
         self.thought = []
         return "\n".join(p for p in parts if p)
 
-    def _add(self, step: Step, out: int) -> None:
+    def _add(self, step: Step, out: int, *, waits: bool = True) -> None:
         step.index = len(self.steps)
         self.steps.append(step)
-        self.response.append(step)
+        if waits:
+            self.response.append(step)
         self.ctx.append(self.seen)
         self.out.append(out)
         self.seen += out

@@ -10,8 +10,12 @@ Gemini `functionResponse` parts sent back to the model); `tools/shell.ts` (`Exit
 shell command's output). Up to v0.38 the file is one JSON object rewritten in place at every
 update; since v0.39 it is JSONL, appended: a header line, message lines (a message is appended
 again whenever it changes: the last copy holds, at the first one's place), `{"$set": {...}}`
-updates (`messages` in one replaces them all) and `{"$rewindTo": id}` (that message and the ones
-after it dropped).
+updates and `{"$rewindTo": id}` (that message and the ones after it dropped). A `$set` with
+`messages` is a checkpoint of the history the model sees (after a compression, output masking,
+a restore): the CLI replaces its list with it; here the messages it names are updated and the
+ones it leaves out kept, since the run is what happened, not what the model still sees (a live
+watch would otherwise lose the run's steps at a compression). Synthetic model messages (no
+`model`, no calls: a compression's summary) are not steps.
 
 Steps: each tool call of a `gemini` message, with its result (embedded in the call) as the
 observation; a `gemini` message without calls is prose. The message's text and thoughts are the
@@ -52,6 +56,7 @@ NAME = "gemini-cli"
 
 _LEGACY = re.compile(rb'^\s*\{\s*"sessionId"\s*:\s*"[^"]*"\s*,\s*"projectHash"')
 _EXIT = re.compile(r"^Exit Code: (-?\d+)", re.M)
+_SIGNAL = re.compile(r"^Signal: (\d+)", re.M)
 _NOT_TASK = ("/", "?", "<session_context>", "<hook_context>")
 _SHELL = {"run_shell_command"}
 
@@ -81,34 +86,35 @@ def _records(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     header: dict[str, Any] = {}
     order: list[str] = []
     latest: dict[str, dict[str, Any]] = {}
-    lines = text.split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
+
+    def upsert(rec: dict[str, Any]) -> None:
+        if rec["id"] not in latest:
+            order.append(rec["id"])
+        latest[rec["id"]] = rec
+
+    for line in text.split("\n"):
         try:
-            rec = json.loads(line)
-        except ValueError as e:
-            if i == len(lines) - 1:
-                break  # a line being appended
-            raise TranscriptError(path, f"line {i + 1} is not JSON: {e}") from e
+            rec = json.loads(line) if line.strip() else None
+        except ValueError:
+            continue  # a torn or bad line: the CLI's own loader skips it too
         if not isinstance(rec, dict):
             continue
-        if "$rewindTo" in rec:
-            at = as_str(rec["$rewindTo"])
+        if isinstance(rec.get("$rewindTo"), str):
+            at = rec["$rewindTo"]
             cut = order.index(at) if at in order else 0
             for gone in order[cut:]:
                 latest.pop(gone, None)
             del order[cut:]
         elif isinstance(rec.get("id"), str) and "type" in rec:
-            if rec["id"] not in latest:
-                order.append(rec["id"])
-            latest[rec["id"]] = rec
+            upsert(rec)
         elif isinstance(rec.get("$set"), dict):
             update = rec["$set"]
-            if isinstance(update.get("messages"), list):  # a checkpoint: the whole list
-                kept = [m for m in update["messages"] if isinstance(m, dict)]
-                order = [as_str(m.get("id")) for m in kept]
-                latest = {as_str(m.get("id")): m for m in kept}
+            # a checkpoint (compression, output masking, a restore) rewrites the history the
+            # model sees; the run is what happened, so what it names is updated and what it
+            # leaves out is kept
+            for m in as_list(update.get("messages")):
+                if isinstance(m, dict) and isinstance(m.get("id"), str) and "type" in m:
+                    upsert(m)
             header.update({k: v for k, v in update.items() if k != "messages"})
         elif "sessionId" in rec:
             header = {**rec, **header}
@@ -129,10 +135,11 @@ def _typed(content: Any) -> str:
 def _result(call: dict[str, Any]) -> tuple[str, bool]:
     """A call's output as the model got it, and whether its response is an error."""
     texts, error = [], False
-    for part in as_list(call.get("result")):
+    result = call.get("result")
+    for part in result if isinstance(result, list) else [result] if result else []:
         fr = as_dict(as_dict(part).get("functionResponse"))
         if not fr:
-            texts.append(content_text([part]))
+            texts.append(content_text([part]))  # a text part, or a plain string
             continue
         if fr.get("id") not in (None, call.get("id")):
             continue  # a sibling call's response (kept with it after output masking)
@@ -149,12 +156,15 @@ def _call_step(call: dict[str, Any], thought: str, timestamp: float | None) -> S
     name = as_str(call.get("name"))
     args = as_dict(call.get("args"))
     text, error = _result(call)
-    code = _EXIT.search(text) if name in _SHELL else None
     failed = as_str(call.get("status")) in ("error", "cancelled") or error
+    if name in _SHELL:  # the CLI's own lines end the output: the last of each is its own
+        exits, signals = _EXIT.findall(text), _SIGNAL.findall(text)
+        failed |= bool(exits) and int(exits[-1]) != 0  # v0.27+ writes no line for 0
+        failed |= bool(signals) and int(signals[-1]) != 0  # killed: `Exit Code: (none)`
     step = Step(index=0, tool=name, action=action_text(name, args), args=args or None)
     step.thought, step.timestamp, step.raw = thought, timestamp, call
     step.observation = text or as_str(call.get("status")) or "(no output)"
-    step.is_error = failed or (code is not None and int(code.group(1)) != 0)
+    step.is_error = failed
     return step
 
 
@@ -163,7 +173,8 @@ def _thought(message: dict[str, Any]) -> str:
         ": ".join(t for t in (as_str(d.get("subject")), as_str(d.get("description")).strip()) if t)
         for d in map(as_dict, as_list(message.get("thoughts")))
     ]
-    return "\n".join(t for t in [*notes, as_str(message.get("content")).strip()] if t)
+    said = _typed(message.get("content"))  # a string, or parts (after a checkpoint)
+    return "\n".join(t for t in [*notes, said] if t)
 
 
 def _source(path: Path) -> str:
@@ -185,15 +196,18 @@ def read(path: Path) -> Trajectory:
     seen, task, model = 0, "", ""
     for m in messages:
         kind, when = as_str(m.get("type")), parse_time(m.get("timestamp"))
+        if kind == "gemini" and not m.get("model") and not m.get("toolCalls"):
+            kind = "synthetic"  # the CLI's own (a compression summary): no model call
         if kind != "gemini":
-            typed = _typed(m.get("content")) if kind == "user" else ""
+            shown = m.get("displayContent") or m.get("content")  # what was typed, not expanded
+            typed = _typed(shown) if kind == "user" else ""
             if typed and not task and not typed.startswith(_NOT_TASK):
                 task = typed
             seen += len(typed or content_text(m.get("content")))
             continue
         model = as_str(m.get("model")) or model
         thought = _thought(m)
-        calls = [as_dict(c) for c in as_list(m.get("toolCalls"))]
+        calls = [c for c in as_list(m.get("toolCalls")) if isinstance(c, dict) and c.get("name")]
         made = [_call_step(c, thought if k == 0 else "", when) for k, c in enumerate(calls)]
         if not made:
             made = [Step(index=0, kind="message", thought=thought, timestamp=when, raw=m)]

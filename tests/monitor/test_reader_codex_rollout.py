@@ -149,3 +149,63 @@ def test_a_rollout_where_codex_keeps_it_has_source_codex(rollout: Path, tmp_path
     mine = harness / "django__django-11099.jsonl"
     mine.write_text(rollout.read_text())
     assert read_transcript(mine).source == "my-codex"
+
+
+def test_exit_codes_are_read_only_where_the_tools_write_them(tmp_path: Path) -> None:
+    """`Exit code: N` / `Process exited with code N` are the shell tools' headers: a file that
+    prints them, or an MCP tool's answer, is no failed command; an aborted call is an error."""
+
+    def line(kind: str, **payload: object) -> dict:
+        return {"timestamp": "2026-12-07T10:00:00Z", "type": kind, "payload": payload}
+
+    calls = [
+        ("read_file", {"path": "log.txt"}, "build: Process exited with code 2\n"),
+        ("docs__fetch", {"url": "x"}, "Exit code: 1 is what the docs say"),
+        ("shell_command", {"command": "make"}, "Exit code: 0\nOutput:\nExit code: 1\n"),
+        ("shell_command", {"command": "make test"}, "Exit code: 2\nOutput:\nFAILED\n"),
+        ("shell_command", {"command": "sleep 100"}, "aborted"),
+    ]
+    lines = [line("session_meta", id="s", cwd="/w")]
+    for k, (name, args, out) in enumerate(calls):
+        lines.append(
+            line(
+                "response_item",
+                type="function_call",
+                name=name,
+                call_id=f"c{k}",
+                arguments=json.dumps(args),
+            )
+        )
+        lines.append(
+            line("response_item", type="function_call_output", call_id=f"c{k}", output=out)
+        )
+    t = read_trajectory(_write(tmp_path / "r.jsonl", lines))
+    assert [s.is_error for s in t.steps] == [False, False, False, True, True]
+
+
+def test_a_token_count_split_or_empty_is_read_as_it_says(rollout: Path, tmp_path: Path) -> None:
+    """Without `last_token_usage` the growth of the running input and output totals is each
+    call's; a count with nothing usable leaves the calls estimated, not at 0."""
+    lines = _lines(rollout)
+    for x in lines:
+        info = x["payload"].get("info") if x["payload"].get("type") == "token_count" else None
+        if isinstance(info, dict):
+            info.pop("last_token_usage")
+    t = read_trajectory(_write(tmp_path / "totals.jsonl", lines))
+    assert [(s.tokens_in, s.tokens_out) for s in t.steps][:2] == [(6120, 48), (6290, 71)]
+    for x in lines:
+        if x["payload"].get("type") == "token_count" and x["payload"].get("info"):
+            x["payload"]["info"] = {"total_token_usage": None, "last_token_usage": None}
+    t = read_trajectory(_write(tmp_path / "empty.jsonl", lines))
+    assert all(s.tokens_estimated for s in t.steps)
+
+
+def test_a_compaction_takes_no_calls_usage(rollout: Path, tmp_path: Path) -> None:
+    lines = _lines(rollout)
+    at = next(i for i, x in enumerate(lines) if x["payload"].get("call_id") == "call_Qm2")
+    compacted = {"timestamp": lines[at]["timestamp"], "type": "compacted"}
+    compacted["payload"] = {"message": "Summary: add() subtracts; tests fail."}
+    t = read_trajectory(_write(tmp_path / "c.jsonl", [*lines[:at], compacted, *lines[at:]]))
+    assert t.steps[1].kind == "compaction"
+    assert t.steps[1].tokens_estimated
+    assert (t.steps[2].tokens_in, t.steps[2].tokens_out) == (6290, 71)  # the next call's own

@@ -88,13 +88,68 @@ def test_a_line_being_appended_is_left_for_later(session: Path, tmp_path: Path) 
     assert len(read_trajectory(live).steps) == len(read_trajectory(session).steps)
 
 
-def test_a_set_checkpoint_replaces_the_messages(session: Path, tmp_path: Path) -> None:
+def test_a_checkpoint_keeps_the_steps_it_leaves_out(session: Path, tmp_path: Path) -> None:
+    """A compression appends `$set.messages` with the compressed history only (a summary, the
+    latest turns): the CLI's model sees that, but the run is what happened, and a watch must
+    not lose the steps it already scored."""
     lines = [json.loads(x) for x in session.read_text().splitlines()]
-    kept = [x for x in lines if x.get("id") in ("u-2", "g-7")]
+    summary = {
+        "id": "u-snap",
+        "timestamp": "2026-11-20T14:03:00.000Z",
+        "type": "user",
+        "content": [{"text": "<state_snapshot>Fixed add(); tests pass.</state_snapshot>"}],
+    }
+    synthetic = {"id": "g-ack", "timestamp": "2026-11-20T14:03:00.500Z", "type": "gemini"}
+    synthetic["content"] = "Got it. Thanks for the additional context!"
+    kept = [summary, synthetic, *[x for x in lines if x.get("id") == "g-7"]]
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in [*lines, {"$set": {"messages": kept}}]))
+    t, before = read_trajectory(path), read_trajectory(session)
+    assert [s.action for s in t.steps] == [s.action for s in before.steps]
+    assert t.task == before.task
+
+
+def test_odd_lines_and_values_are_skipped(session: Path, tmp_path: Path) -> None:
+    """A bad line in the middle (the CLI skips it), `$rewindTo: null`, a call that is not an
+    object, a result given as a bare part."""
+    text = session.read_text().splitlines(True)
+    odd = [
+        "{not json\n",
+        json.dumps({"$rewindTo": None}) + "\n",
+        json.dumps(
+            {
+                "id": "g-8",
+                "timestamp": "2026-11-20T14:04:00.000Z",
+                "type": "gemini",
+                "model": "gemini-3-pro-preview",
+                "content": [{"text": "One more check."}],
+                "toolCalls": [
+                    "not a call",
+                    {
+                        "id": "c-8",
+                        "name": "run_shell_command",
+                        "args": {"command": "printf 'Exit Code: 3' && true"},
+                        "status": "success",
+                        "result": {
+                            "functionResponse": {
+                                "id": "c-8",
+                                "response": {"output": ("Output: Exit Code: 3\nSignal: 15")},
+                            }
+                        },
+                    },
+                ],
+            }
+        )
+        + "\n",
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(text[:5] + odd[:2] + text[5:] + odd[2:]))
     t = read_trajectory(path)
-    assert [s.kind for s in t.steps] == ["message"]
+    assert len(t.steps) == len(read_trajectory(session).steps) + 1
+    last = t.steps[-1]
+    assert last.thought == "One more check."
+    assert last.observation.startswith("Output: Exit Code: 3")
+    assert last.is_error  # killed by signal 15 (its printed "Exit Code: 3" is no line of its own)
 
 
 def test_a_file_with_neither_header_nor_messages_is_said(tmp_path: Path) -> None:
