@@ -109,6 +109,21 @@ OUTPUT_AFTER = frozenset({"aider"})
 edits applied, lint and test output), so the last step is scored when the next one starts."""
 
 
+ANSWERED_BY_ID = frozenset({"codex-rollout", "gemini-stream"})
+"""Formats whose calls are answered by id, possibly out of order (parallel calls), and whose
+readers give every answered call an observation: a call still without one holds back the steps
+after it, not only when it is the last (`first_pending`)."""
+
+
+def first_pending(steps: list[Step], start: int, stop: int) -> int:
+    """The index of the first call in steps[start:stop] still waiting for its answer, else
+    `stop`."""
+    for i in range(start, stop):
+        if steps[i].kind in ("action", "submit") and not steps[i].observation:
+            return i
+    return stop
+
+
 def held_back(step: Step) -> bool:
     """A last step that may still change: any step with nothing answered yet (a call awaiting
     its result; a format error or a submission a harness saved before the message that answers

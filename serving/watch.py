@@ -31,7 +31,15 @@ from typing import Any, Literal, Protocol
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.types import Decision, Step, Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
-from serving.run_identity import OUTPUT_AFTER, FileMark, continues, held_back, same_run
+from serving.run_identity import (
+    ANSWERED_BY_ID,
+    OUTPUT_AFTER,
+    FileMark,
+    continues,
+    first_pending,
+    held_back,
+    same_run,
+)
 from serving.transcripts import read_transcript
 
 log = logging.getLogger(__name__)
@@ -169,6 +177,8 @@ class TranscriptWatch:
             cut -= 1
         if not final and cut == len(traj.steps) > self.seen and traj.format in OUTPUT_AFTER:
             cut -= 1  # its output (edits applied, lint, tests) is still being appended
+        if not final and traj.format in ANSWERED_BY_ID:  # a parallel call answered after a later
+            cut = first_pending(traj.steps, self.seen, cut)
         out += self._observe(traj.steps[self.seen : cut])
         self._account()
         return out

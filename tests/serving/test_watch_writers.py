@@ -172,6 +172,39 @@ def test_a_gemini_stream_is_followed_call_by_call(fixtures_dir, tmp_path):
     assert rec.calls == _calls(path, "gemini-stream")
 
 
+def test_parallel_codex_calls_answered_out_of_order_are_scored_with_their_outputs(tmp_path):
+    """Two calls of one response, the second answered first: the first was scored with no
+    output (its exit code 1 came later), since only a last step was held back."""
+
+    def line(kind: str, **payload: object) -> str:
+        return json.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload})
+
+    def call(cid: str, cmd: str) -> str:
+        args = json.dumps({"command": cmd})
+        return line(
+            "response_item", type="function_call", name="shell_command", call_id=cid, arguments=args
+        )
+
+    def output(cid: str, text: str) -> str:
+        return line("response_item", type="function_call_output", call_id=cid, output=text)
+
+    src = tmp_path / "src.jsonl"
+    lines = [
+        line("session_meta", id="sess-1", cwd="/x"),
+        line("event_msg", type="user_message", message="fix it"),
+        call("a", "sleep 5; false"),
+        call("b", "echo quick"),
+        output("b", "Exit code: 0\nOutput:\nquick\n"),
+        output("a", "Exit code: 1\nOutput:\n"),
+        call("c", "ls"),
+        output("c", "Exit code: 0\nOutput:\n"),
+    ]
+    src.write_text("".join(x + "\n" for x in lines))
+    rec, watch = _appended(src, tmp_path / "rollout.jsonl", "codex-rollout")
+    assert rec.calls == _calls(tmp_path / "rollout.jsonl", "codex-rollout")
+    assert rec.calls[0][4]  # scored with its exit code 1
+
+
 def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
     """An ATIF file first saved with its system step only (no task yet): the session was opened
     with an empty task, or the run split in two when the task appeared."""
