@@ -12,10 +12,11 @@ update; since v0.39 it is JSONL, appended: a header line, message lines (a messa
 again whenever it changes: the last copy holds, at the first one's place), `{"$set": {...}}`
 updates and `{"$rewindTo": id}` (that message and the ones after it dropped). A `$set` with
 `messages` is a checkpoint of the history the model sees (after a compression, output masking,
-a restore): the CLI replaces its list with it; here the messages it names are updated and the
-ones it leaves out kept, since the run is what happened, not what the model still sees (a live
-watch would otherwise lose the run's steps at a compression). Synthetic model messages (no
-`model`, no calls: a compression's summary) are not steps.
+a restore): the CLI replaces its list with it; here the messages already read stay as written
+(not masked), the ones it leaves out are kept and a new one is added, since the run is what
+happened, not what the model still sees (a live watch would otherwise lose the run's steps at a
+compression). Synthetic model messages (no `model`, no calls: a compression's summary) are not
+steps.
 
 Steps: each tool call of a `gemini` message, with its result (embedded in the call) as the
 observation; a `gemini` message without calls is prose. The message's text and thoughts are the
@@ -110,11 +111,12 @@ def _records(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         elif isinstance(rec.get("$set"), dict):
             update = rec["$set"]
             # a checkpoint (compression, output masking, a restore) rewrites the history the
-            # model sees; the run is what happened, so what it names is updated and what it
-            # leaves out is kept
+            # model sees; the run is what happened: its messages stay as they were written
+            # (not masked), the ones it leaves out are kept, a new one is added
             for m in as_list(update.get("messages")):
                 if isinstance(m, dict) and isinstance(m.get("id"), str) and "type" in m:
-                    upsert(m)
+                    if m["id"] not in latest:
+                        upsert(m)
             header.update({k: v for k, v in update.items() if k != "messages"})
         elif "sessionId" in rec:
             header = {**rec, **header}
