@@ -10,8 +10,9 @@ Two signs, checked at every poll of serving.watch.TranscriptWatch:
   atomically, yet it is the same run when it has the same run id and task and the steps already
   observed are the first steps of the new content. Such a rewrite is followed as growth.
 
-A last step may still change (`held_back`, `OUTPUT_AFTER`): the watch scores it when the next
-step arrives or the run ends.
+A last step may still change (`held_back`, `OUTPUT_AFTER`), and in the formats answered by id so
+may a call before it (`ANSWERED_BY_ID`): `settled` says how many steps the watch may score now;
+the rest are scored when later steps arrive or the run ends.
 """
 
 from __future__ import annotations
@@ -130,3 +131,21 @@ def held_back(step: Step) -> bool:
     it), or a reply with no call yet (Claude Code writes a response's text and its tool call as
     two records of one message: read between them, the step is prose, then a call)."""
     return not step.observation or step.kind == "message"
+
+
+def settled(steps: list[Step], seen: int, fmt: str, *, final: bool = False) -> int:
+    """How many of `steps` (of format `fmt`, the first `seen` already scored) can no longer
+    change: all once the run is over (`final`); else not a last step still waiting
+    (`held_back`), nor the last step of a format whose output is written after it
+    (`OUTPUT_AFTER`), nor, where calls are answered by id, anything from the first call still
+    waiting on (`ANSWERED_BY_ID`)."""
+    cut = len(steps)
+    if final:
+        return cut
+    while cut > seen and held_back(steps[cut - 1]):
+        cut -= 1
+    if cut == len(steps) > seen and fmt in OUTPUT_AFTER:
+        cut -= 1  # its output (edits applied, lint, tests) is still being appended
+    if fmt in ANSWERED_BY_ID:  # a parallel call answered after a later one
+        cut = first_pending(steps, seen, cut)
+    return cut

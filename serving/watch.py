@@ -31,15 +31,7 @@ from typing import Any, Literal, Protocol
 from monitor.errors import TranscriptError, TranscriptTooLarge
 from monitor.types import Decision, Step, Trajectory
 from serving.limits import MAX_STEPS, MAX_TRANSCRIPT_BYTES
-from serving.run_identity import (
-    ANSWERED_BY_ID,
-    OUTPUT_AFTER,
-    FileMark,
-    continues,
-    first_pending,
-    held_back,
-    same_run,
-)
+from serving.run_identity import FileMark, continues, same_run, settled
 from serving.transcripts import read_transcript
 
 log = logging.getLogger(__name__)
@@ -130,7 +122,7 @@ class TranscriptWatch:
     def poll(self, *, final: bool = False) -> list[Decision]:
         """Read the file; observe the steps added since the last poll; their decisions.
 
-        A step at the end of the file that may still change (`held_back`: a tool call whose
+        A step at the end of the file that may still change (`settled`: a tool call whose
         result has not been written yet, or a reply with no call yet; stream formats such as
         Claude Code's write a response's text, its call and the call's result as separate
         records) is held back until a later step arrives, so it is scored as it ended;
@@ -172,13 +164,7 @@ class TranscriptWatch:
             if not traj.steps and not final:
                 return out  # opened when its first step is there: its task and id are by then
             self._start(traj, why)
-        cut = len(traj.steps)
-        while not final and cut > self.seen and held_back(traj.steps[cut - 1]):
-            cut -= 1
-        if not final and cut == len(traj.steps) > self.seen and traj.format in OUTPUT_AFTER:
-            cut -= 1  # its output (edits applied, lint, tests) is still being appended
-        if not final and traj.format in ANSWERED_BY_ID:  # a parallel call answered after a later
-            cut = first_pending(traj.steps, self.seen, cut)
+        cut = settled(traj.steps, self.seen, traj.format, final=final)
         out += self._observe(traj.steps[self.seen : cut])
         self._account()
         return out
