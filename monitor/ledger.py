@@ -124,3 +124,40 @@ def fill_estimates(
             values = scale_to_total(raw, max(total - known, 0))
         for i, v in zip(todo, values, strict=True):
             setattr(steps[i], attr, int(v))
+
+
+class StepLedger:
+    """A run's steps as a reader builds them, one at a time, with what `fill_estimates` needs
+    for each: the characters the model had been sent before the step's call (`seen` then) and
+    the characters it wrote for it. Readers add what else the model was sent to `seen`."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.ctx: list[int] = []  # characters the model had been sent before each step's call
+        self.out: list[int] = []  # characters the model wrote for each step
+        self.seen = 0  # characters the model has been sent so far
+
+    def append(self, step: Step, out: int) -> None:
+        """Append `step` (its index set); the model wrote `out` characters for it."""
+        step.index = len(self.steps)
+        self.steps.append(step)
+        self.ctx.append(self.seen)
+        self.out.append(out)
+        self.seen += out
+
+    def estimate(self, *, total_in: int | None = None, total_out: int | None = None) -> list[Step]:
+        """The steps, those with no recorded usage estimated (`fill_estimates`)."""
+        fill_estimates(self.steps, self.ctx, self.out, total_in=total_in, total_out=total_out)
+        return self.steps
+
+    def estimate_step(self, step: Step) -> None:
+        """`step`'s estimate alone (a live reader that settles its steps one at a time)."""
+        fill_estimates([step], [self.ctx[step.index]], [self.out[step.index]])
+
+
+def charge(steps: Sequence[Step], tokens_in: int, tokens_out: int) -> None:
+    """One model call's recorded usage on the steps it made: all of it on the first, 0 on the
+    others (its parallel calls), none of them estimated."""
+    for k, step in enumerate(steps):
+        step.tokens_in, step.tokens_out = (tokens_in, tokens_out) if k == 0 else (0, 0)
+        step.tokens_estimated = False

@@ -124,7 +124,7 @@ def read(path: Path) -> Trajectory:
                 status = f"turn_aborted: {as_str(payload.get('reason'))}".rstrip(": ")
             elif event == "error":
                 status = f"error: {as_str(payload.get('message'))}".rstrip(": ")
-    steps = build.finish()
+    steps = build.estimate()
     total = build.totals  # the session's running total at its last token count
     return Trajectory(
         id=session or file_stem(path),

@@ -32,7 +32,7 @@ from monitor.formats._fields import (
     content_text,
     parse_time,
 )
-from monitor.ledger import fill_estimates
+from monitor.ledger import StepLedger, charge
 from monitor.types import Step
 
 CALLS = ("function_call", "custom_tool_call", "local_shell_call")
@@ -147,16 +147,13 @@ def end_failed(event: dict[str, Any]) -> bool:
     return "Err" in result or as_dict(result.get("Ok")).get("isError") is True
 
 
-class Steps:
+class Steps(StepLedger):
     """A rollout's steps, built one line at a time, with what the token estimates need."""
 
     def __init__(self) -> None:
-        self.steps: list[Step] = []
+        super().__init__()
         self.by_call: dict[str, Step] = {}
         self.thought: list[str] = []
-        self.ctx: list[int] = []  # characters the model had seen before each step's call
-        self.out: list[int] = []  # characters of the step's call
-        self.seen = 0
         self.response: list[Step] = []  # steps of the model response no usage has covered yet
         self.totals: dict[str, Any] = {}  # the last `total_token_usage` read
         self.carry = (0, 0)  # usage of responses that made no step (the plan tool), for the next
@@ -229,15 +226,8 @@ class Steps:
             self.carry = (tin, tout)
             return
         self.carry = (0, 0)
-        for k, step in enumerate(self.response):
-            step.tokens_in, step.tokens_out = (tin, tout) if k == 0 else (0, 0)
-            step.tokens_estimated = False
+        charge(self.response, tin, tout)
         self.response = []
-
-    def finish(self) -> list[Step]:
-        """The steps, the ones no usage covered estimated from characters."""
-        fill_estimates(self.steps, self.ctx, self.out)
-        return self.steps
 
     def _thought(self, text: str) -> str:
         parts = [*self.thought, text]
@@ -245,13 +235,9 @@ class Steps:
         return "\n".join(p for p in parts if p)
 
     def _add(self, step: Step, out: int, *, waits: bool = True) -> None:
-        step.index = len(self.steps)
-        self.steps.append(step)
+        self.append(step, out)
         if waits:
             self.response.append(step)
-        self.ctx.append(self.seen)
-        self.out.append(out)
-        self.seen += out
 
 
 def time_of(line: dict[str, Any]) -> float | None:

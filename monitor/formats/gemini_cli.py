@@ -49,7 +49,7 @@ from monitor.formats._fields import (
     malformed,
     parse_time,
 )
-from monitor.ledger import fill_estimates
+from monitor.ledger import StepLedger, charge
 from monitor.textio import read_text
 from monitor.types import Step, Totals, Trajectory
 
@@ -192,10 +192,8 @@ def read(path: Path) -> Trajectory:
         header, messages = _records(path)
     if not header.get("sessionId") and not messages:
         raise TranscriptError(path, "no Gemini CLI session header or messages")
-    steps: list[Step] = []
-    ctx: list[int] = []
-    out: list[int] = []
-    seen, task, model = 0, "", ""
+    ledger = StepLedger()
+    task, model = "", ""
     for m in messages:
         kind, when = as_str(m.get("type")), parse_time(m.get("timestamp"))
         if kind == "gemini" and not m.get("model") and not m.get("toolCalls"):
@@ -205,7 +203,7 @@ def read(path: Path) -> Trajectory:
             typed = _typed(shown) if kind == "user" else ""
             if typed and not task and not typed.startswith(_NOT_TASK):
                 task = typed
-            seen += len(typed or content_text(m.get("content")))
+            ledger.seen += len(typed or content_text(m.get("content")))
             continue
         model = as_str(m.get("model")) or model
         thought = _thought(m)
@@ -215,16 +213,12 @@ def read(path: Path) -> Trajectory:
             made = [Step(index=0, kind="message", thought=thought, timestamp=when, raw=m)]
         tokens = as_dict(m.get("tokens"))
         tin, tout = as_int(tokens.get("input")), as_int(tokens.get("output"))
-        for k, step in enumerate(made):
-            step.index = len(steps)
-            if tin or tout:
-                step.tokens_in, step.tokens_out = (tin, tout) if k == 0 else (0, 0)
-                step.tokens_estimated = False
-            steps.append(step)
-            ctx.append(seen)
-            out.append(len(step.thought) + len(step.action))
-            seen += out[-1] + len(step.observation)
-    fill_estimates(steps, ctx, out)
+        if tin or tout:  # all zeros (a genuine file has such a message): estimated
+            charge(made, tin, tout)
+        for step in made:
+            ledger.append(step, len(step.thought) + len(step.action))
+            ledger.seen += len(step.observation)
+    steps = ledger.estimate()
     whole = bool(steps) and not any(s.tokens_estimated for s in steps)  # every call's usage
     return Trajectory(
         id=as_str(header.get("sessionId")) or file_stem(path),

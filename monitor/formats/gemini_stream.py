@@ -37,7 +37,7 @@ from monitor.formats._fields import (
     malformed,
     parse_time,
 )
-from monitor.ledger import fill_estimates
+from monitor.ledger import StepLedger
 from monitor.textio import load_jsonl
 from monitor.types import Step, Totals, Trajectory
 
@@ -67,27 +67,18 @@ def read(path: Path) -> Trajectory:
         events = [e for e in load_jsonl(path) if isinstance(e, dict)]
     if not any(as_str(e.get("type")) in _EVENTS - {"init"} for e in events):
         raise TranscriptError(path, "no Gemini CLI stream events (message, tool_use, result)")
-    steps: list[Step] = []
-    ctx: list[int] = []
-    out: list[int] = []
+    ledger = StepLedger()
     by_id: dict[str, Step] = {}
     text: list[str] = []  # the assistant's text since the last call
-    session, model, task, status, seen = "", "", "", "", 0
+    session, model, task, status = "", "", "", ""
     stats: dict[str, Any] = {}
-
-    def add(step: Step, chars: int) -> None:
-        step.index = len(steps)
-        steps.append(step)
-        ctx.append(seen)
-        out.append(chars)
-
     for e in events:
         kind, when = as_str(e.get("type")), parse_time(e.get("timestamp"))
         if kind == "init":
             session, model = session or as_str(e.get("session_id")), as_str(e.get("model"))
         elif kind == "message" and e.get("role") == "user":
             task = task or as_str(e.get("content"))
-            seen += len(as_str(e.get("content")))
+            ledger.seen += len(as_str(e.get("content")))
         elif kind == "message":
             text.append(as_str(e.get("content")))
         elif kind == "tool_use":
@@ -95,14 +86,13 @@ def read(path: Path) -> Trajectory:
             step = Step(index=0, tool=name, action=action_text(name, args), args=args or None)
             step.thought, step.timestamp, step.raw = "".join(text).strip(), when, e
             text = []
-            add(step, len(step.thought) + len(step.action))
-            seen += out[-1]
+            ledger.append(step, len(step.thought) + len(step.action))
             by_id[as_str(e.get("tool_id"))] = step
         elif kind == "tool_result":
             asked = by_id.get(as_str(e.get("tool_id")))
             error = as_str(as_dict(e.get("error")).get("message"))
             answer = as_str(e.get("output")) or error or as_str(e.get("status")) or "(no output)"
-            seen += len(answer)
+            ledger.seen += len(answer)
             if asked is not None:
                 asked.observation = answer
                 asked.is_error = e.get("status") == "error" or bool(error)
@@ -110,11 +100,11 @@ def read(path: Path) -> Trajectory:
             status, stats = as_str(e.get("status")), as_dict(e.get("stats"))
         elif kind == "error" and e.get("severity") == "error":
             status = f"error: {as_str(e.get('message'))}"
-    if "".join(text).strip():  # the last reply: prose with no call after it
-        reply = Step(index=0, kind="message", thought="".join(text).strip())
-        add(reply, len(reply.thought))
+    reply = "".join(text).strip()
+    if reply:  # the last reply: prose with no call after it
+        ledger.append(Step(index=0, kind="message", thought=reply), len(reply))
     tin, tout = as_int(stats.get("input_tokens")), as_int(stats.get("output_tokens"))
-    fill_estimates(steps, ctx, out, total_in=tin or None, total_out=tout or None)
+    steps = ledger.estimate(total_in=tin or None, total_out=tout or None)
     return Trajectory(
         id=session or file_stem(path),
         instance_id=file_stem(path),

@@ -29,7 +29,7 @@ from monitor.formats._fields import (
     content_text,
     parse_time,
 )
-from monitor.ledger import fill_estimates
+from monitor.ledger import StepLedger
 from monitor.types import Step
 
 _ANSWERS = ("ObservationEvent", "AgentErrorEvent", "UserRejectObservation")
@@ -94,16 +94,13 @@ def _answer(ev: dict[str, Any]) -> tuple[str, bool]:
     return f"rejected: {as_str(ev.get('rejection_reason'))}", True
 
 
-class Steps:
+class Steps(StepLedger):
     """A conversation's steps, built one event at a time, with what the estimates need."""
 
     def __init__(self) -> None:
-        self.steps: list[Step] = []
-        self.ctx: list[int] = []  # characters the model had seen before each step's call
-        self.out: list[int] = []  # characters of the step's call
+        super().__init__()
         self.by_action: dict[str, Step] = {}  # ActionEvent id -> its step
         self.by_call: dict[str, Step] = {}  # tool call id -> its step
-        self.seen = 0
         self.task = ""
         self.status = ""
         self.charged: set[str] = set()  # response ids whose usage a step carries
@@ -115,14 +112,14 @@ class Steps:
         if kind == "MessageEvent":
             if source == "agent":
                 step = _message_step(ev)
-                self._step(step, len(step.thought))
+                self.append(step, len(step.thought))
                 return step
             text = content_text(as_dict(ev.get("llm_message")).get("content"))
             self.task = self.task or (text if source == "user" else "")
             self.seen += len(text)
         elif kind == "ActionEvent":
             step = _action_step(ev)
-            self._step(step, len(step.thought) + len(step.action))
+            self.append(step, len(step.thought) + len(step.action))
             self.by_action[as_str(ev.get("id"))] = step
             self.by_call[as_str(ev.get("tool_call_id"))] = step
         elif kind in _ANSWERS:
@@ -140,13 +137,13 @@ class Steps:
             if asked is None:  # an answer to no call read (a conversation resumed mid-call)
                 step = Step(index=0, tool=as_str(ev.get("tool_name")), observation=text)
                 step.is_error, step.role, step.raw = is_error, "assistant", ev
-                self._step(step, 0)
+                self.append(step, 0)
                 return step
         elif kind == "Condensation":
             summary = as_str(ev.get("summary"))
             step = Step(index=0, kind="compaction", action="condensation", observation=summary)
             step.timestamp, step.raw = parse_time(ev.get("timestamp")), ev
-            self._step(step, 0)
+            self.append(step, 0)
             return step
         elif kind == "SystemPromptEvent":
             self.seen += len(as_str(as_dict(ev.get("system_prompt")).get("text")))
@@ -163,15 +160,7 @@ class Steps:
             step.tokens_estimated = False
             self.charged.add(rid)
             return
-        i = step.index
-        fill_estimates([step], [self.ctx[i]], [self.out[i]])
-
-    def _step(self, step: Step, out: int) -> None:
-        step.index = len(self.steps)
-        self.steps.append(step)
-        self.ctx.append(self.seen)
-        self.out.append(out)
-        self.seen += out
+        self.estimate_step(step)
 
 
 def usage(state: dict[str, Any]) -> tuple[dict[str, tuple[int, int]], int, int, float]:
