@@ -49,10 +49,10 @@ def latest(folder: Path) -> Path:
     attempt's files stay beside a rerun's, so the longest conversation may be the old run's),
     else the file with the longest conversation (within one run each call's conversation
     extends the one before)."""
+    ordered = in_time_order(folder)
+    if ordered:
+        return ordered[-1]
     files = call_files(folder)
     if not files:
         raise TranscriptError(folder, "no OpenHands completion files (*.json) in this folder")
-    times = [_call_time(p) for p in files]
-    if all(t is not None for t in times):
-        return max(zip(times, files, strict=True), key=lambda tp: (tp[0], tp[1].name))[1]
     return max(files, key=lambda p: (len(read_bytes(p)), p.name))
