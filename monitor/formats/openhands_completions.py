@@ -174,7 +174,8 @@ def _read_folder(folder: Path) -> Trajectory:
     last = _load(files[-1])
     if last is not None and len(last.run.steps) == len(files):
         return last.run
-    return joined(folder, files, _load)
+    # the latest file is read already: joined() reads the others (those not kept from before)
+    return joined(folder, files, lambda p: last if p == files[-1] else _load(p))
 
 
 def read(path: Path) -> Trajectory:
