@@ -51,6 +51,13 @@ def test_a_cross_fit_against_itself_differs_by_nothing(tmp_path: Path, cfg) -> N
     live = res["live_auroc"]["step:5"]
     assert live["a"] == live["b"] > 0.8
     assert live["ci"] == [0.0, 0.0]
+    # the same records make the same served choice in every fold, group and target
+    assert set(res["chosen"]) == {f"{t:g}" for t in cfg.thresholds.targets}
+    for groups in res["chosen"].values():
+        assert groups
+        for c in groups.values():
+            assert c["a"] == c["b"]
+            assert sum(c["a"].values()) == 5
 
 
 def test_a_blind_monitor_loses_with_an_interval_below_zero(tmp_path: Path, cfg) -> None:  # type: ignore[no-untyped-def]
@@ -86,5 +93,16 @@ def test_a_blind_monitor_loses_with_an_interval_below_zero(tmp_path: Path, cfg) 
     tied = [per["b"] for per in res["per_agent"]["0.25"].values() if not per["b"]["above_all"]]
     assert tied
     assert min(c["ci"][0] for c in tied[0]["vs"].values()) <= 0
+    # which candidate each fold's served choice took, per group and side: five folds each, and
+    # with the monitor blinded B's choice moves off it somewhere (and the markdown says where)
+    chosen = res["chosen"]
+    for groups in chosen.values():
+        for c in groups.values():
+            assert sum(c["a"].values()) == sum(c["b"].values()) == 5
+    moved = [(t, g) for t, groups in chosen.items() for g, c in groups.items() if c["a"] != c["b"]]
+    assert moved
+    t, g = moved[0]
+    assert f"Served choice at {float(t):.0%} where A and B differ" in md
+    assert f"- {g}: A " in md
     b25 = counts["0.25"]["b"]
     assert f"(above every one with the paired interval > 0: A 2 of 2, B {b25} of 2)" in md

@@ -16,7 +16,10 @@ calibration records), on the runs both scored. B minus A, with 95% paired bootst
   B_SCORE` compares other scores: `--live monitor monitor_text` with B = A gives the second
   probe's paired gain over the LM probe on the same runs);
 - per agent and target, on each side, the served choice minus each calibrated baseline (the issue's
-  criterion: more than every baseline with the paired interval above 0), and how many agents pass.
+  criterion: more than every baseline with the paired interval above 0), and how many agents pass;
+- per target and group, which candidate each pair's (fold's) served choice took on each side
+  (`chosen`; the markdown lists the groups where A and B differ): whether a gain comes from a
+  choice made in every fold or in one.
 
 `--extra NAME ...` offers more scores the records carry to the per-group choice, on each side
 that carries them (training.experiments.extra_candidate adds another cross-fit's LM probe).
@@ -132,7 +135,31 @@ def compare_served(
             t: {side: sum(per[side]["above_all"] for per in agents.values()) for side in "ab"}
             for t, agents in per_agent.items()
         },
+        "chosen": chosen_counts(sa.choices, sb.choices, targets),
     }
+
+
+def chosen_counts(
+    choices_a: Sequence[dict[str, Any]],
+    choices_b: Sequence[dict[str, Any]],
+    targets: Sequence[float],
+) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """Per target and threshold group, how many of each side's pairs (folds) chose each
+    candidate for the served choice (made per target): where B's extra candidates won, and how
+    steadily. `choices_*`: training.evaluate.candidates.Served.choices."""
+    from monitor.thresholds import target_key
+
+    out: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+    for t in targets:
+        per: dict[str, dict[str, dict[str, int]]] = {}
+        for side, choices in (("a", choices_a), ("b", choices_b)):
+            for pair in choices:
+                for group, c in pair.items():
+                    name = str((c.get("chosen_by_target") or {}).get(target_key(t)))
+                    cell = per.setdefault(group, {"a": {}, "b": {}})[side]
+                    cell[name] = cell.get(name, 0) + 1
+        out[f"{t:g}"] = dict(sorted(per.items()))
+    return out
 
 
 def _add_live(

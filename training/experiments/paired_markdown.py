@@ -39,6 +39,7 @@ def markdown(results: Sequence[dict[str, Any]], a: str, b: str) -> str:
                 f"B {c['b']:.3f}, B - A {c['delta']:+.3f} [{_pct(lo, 1, 3)}, {_pct(hi, 1, 3)}]"
             )
         lines += _per_agent_markdown(res)
+        lines += _chosen_markdown(res)
         lines.append("")
     return "\n".join(lines)
 
@@ -67,4 +68,23 @@ def _per_agent_markdown(res: dict[str, Any]) -> list[str]:
             ]
             mark = "yes" if b["above_all"] else "no"
             lines.append(f"| {agent} | {_pct(b['saved'])} | " + " | ".join(cells) + f" | {mark} |")
+    return lines
+
+
+def _chosen_markdown(res: dict[str, Any]) -> list[str]:
+    """Per target, the groups whose served choice differs between A and B: each side's
+    candidates with the number of pairs (folds) that chose them."""
+    lines: list[str] = []
+    for t, groups in res.get("chosen", {}).items():
+        differ = {g: c for g, c in groups.items() if c["a"] != c["b"]}
+        if not differ:
+            continue
+        lines += [
+            "",
+            f"Served choice at {float(t):.0%} where A and B differ (pairs choosing each):",
+            "",
+        ]
+        for g, c in differ.items():
+            a, b = (", ".join(f"{n} {k}" for n, k in sorted(c[s].items())) for s in "ab")
+            lines.append(f"- {g}: A {a}; B {b}")
     return lines
