@@ -110,7 +110,7 @@ OUTPUT_AFTER = frozenset({"aider"})
 edits applied, lint and test output), so the last step is scored when the next one starts."""
 
 
-ANSWERED_BY_ID = frozenset({"codex-rollout", "gemini-stream"})
+ANSWERED_BY_ID = frozenset({"claude-code", "codex-rollout", "gemini-stream"})
 """Formats whose calls are answered by id, possibly out of order (parallel calls), and whose
 readers give every answered call an observation: a call still without one holds back the steps
 after it, not only when it is the last (`first_pending`)."""
@@ -118,11 +118,23 @@ after it, not only when it is the last (`first_pending`)."""
 
 def first_pending(steps: list[Step], start: int, stop: int) -> int:
     """The index of the first call in steps[start:stop] still waiting for its answer, else
-    `stop`."""
+    `stop`. A call followed by a later model response (`made_a_call`) is not waiting: the model
+    is only called again once every call of its last response is answered, so a call without
+    an answer by then will not get one (a transcript that lost it) and must not hold the rest
+    of the run back."""
     for i in range(start, stop):
         if steps[i].kind in ("action", "submit") and not steps[i].observation:
+            if any(made_a_call(steps[j]) for j in range(i + 1, stop)):
+                continue
             return i
     return stop
+
+
+def made_a_call(step: Step) -> bool:
+    """The step is the first of a model response whose recorded usage the reader put on it
+    (the readers of ANSWERED_BY_ID charge a response's usage to its first step and 0 to the
+    rest); estimated tokens say nothing of where a response begins."""
+    return not step.tokens_estimated and step.tokens_in + step.tokens_out > 0
 
 
 def held_back(step: Step) -> bool:

@@ -41,6 +41,7 @@ from monitor.textio import load_jsonl
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "claude-code"
+NO_OUTPUT = "(no output)"
 
 _TYPES = {"system", "assistant", "user", "result", "summary", "stream_event"}
 _HEAD_RE = re.compile(rb'"type"\s*:\s*"(assistant|user|system|result)"')
@@ -170,7 +171,10 @@ class _Builder:
             step = self.by_call.get(as_str(b.get("tool_use_id")))
             if step is None:
                 continue
-            step.observation = content_text(b.get("content"))
+            # Claude Code answers a command that printed nothing with content "" (seen in real
+            # session logs and streams): marked, so an answered call is never taken for one still
+            # waiting (serving.run_identity.ANSWERED_BY_ID).
+            step.observation = content_text(b.get("content")) or NO_OUTPUT
             step.is_error = b.get("is_error") is True
         return "\n".join(prose)
 

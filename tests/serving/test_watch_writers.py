@@ -205,6 +205,79 @@ def test_parallel_codex_calls_answered_out_of_order_are_scored_with_their_output
     assert rec.calls[0][4]  # scored with its exit code 1
 
 
+def _claude_lines(*records: tuple) -> list[str]:
+    """Claude Code session-log lines: ("task", text), ("call", message id, call id, command)
+    and ("result", call id, text, is_error), each record one line as Claude Code appends them
+    (a response's calls share its message id and repeat its usage)."""
+    out = []
+    for rec in records:
+        base = {"sessionId": "s-1", "isSidechain": False, "cwd": "/repo"}
+        if rec[0] == "task":
+            out.append({**base, "type": "user", "message": {"role": "user", "content": rec[1]}})
+        elif rec[0] == "call":
+            _, msg, cid, cmd = rec
+            block = {"type": "tool_use", "id": cid, "name": "Bash", "input": {"command": cmd}}
+            usage = {"input_tokens": 1000, "output_tokens": 20}
+            message = {"id": msg, "role": "assistant", "content": [block], "usage": usage}
+            out.append({**base, "type": "assistant", "message": message})
+        else:
+            _, cid, text, err = rec
+            block = {"type": "tool_result", "tool_use_id": cid, "content": text, "is_error": err}
+            out.append({**base, "type": "user", "message": {"role": "user", "content": [block]}})
+    return [json.dumps(x) + "\n" for x in out]
+
+
+def test_parallel_claude_code_calls_answered_out_of_order_are_scored_with_their_outputs(
+    tmp_path,
+):
+    """Two Bash calls of one response, the second answered first, the first failing with no
+    output: before Claude Code was read as answered by id the first was scored as a call still
+    waiting (no output, no error). A command that printed nothing is answered with content ""
+    (real session logs): it reads as "(no output)", not as a call still waiting."""
+    src = tmp_path / "src.jsonl"
+    src.write_text(
+        "".join(
+            _claude_lines(
+                ("task", "fix it"),
+                ("call", "msg_1", "a", "sleep 5; false"),
+                ("call", "msg_1", "b", "echo quick"),
+                ("result", "b", "quick", False),
+                ("result", "a", "", True),
+                ("call", "msg_2", "c", "true"),
+                ("result", "c", "", False),
+            )
+        )
+    )
+    rec, _ = _appended(src, tmp_path / "session.jsonl", "claude-code")
+    assert rec.calls == _calls(tmp_path / "session.jsonl", "claude-code")
+    assert [c[2] for c in rec.calls] == ["sleep 5; false", "echo quick", "true"]
+    assert rec.calls[0][3:] == ("(no output)", True)
+    assert rec.calls[2][3:] == ("(no output)", False)
+
+
+def test_a_claude_code_call_never_answered_does_not_hold_back_the_rest(tmp_path):
+    """A call whose answer the transcript lost, followed by a later model response: the model is
+    only called again once every call of its last response is answered, so the lost one is
+    scored as it is and the steps after it are scored as they come, not only when the run
+    ends."""
+    path = tmp_path / "session.jsonl"
+    rec = _Recorder()
+    watch = TranscriptWatch(path, rec, fmt="claude-code")
+    lines = _claude_lines(
+        ("task", "fix it"),
+        ("call", "msg_1", "a", "lost"),
+        ("call", "msg_2", "b", "ls"),
+        ("result", "b", "a.py", False),
+        ("call", "msg_3", "c", "pytest"),
+        ("result", "c", "1 passed", False),
+    )
+    append_lines(path, lines, watch.poll)
+    assert [c[2:4] for c in rec.calls] == [("lost", ""), ("ls", "a.py"), ("pytest", "1 passed")]
+    watch.poll(final=True)
+    watch.end()
+    assert len(rec.calls) == 3
+
+
 def test_a_run_is_opened_once_its_task_is_known(fixtures_dir, tmp_path):
     """An ATIF file first saved with its system step only (no task yet): the session was opened
     with an empty task, or the run split in two when the task appeared."""
