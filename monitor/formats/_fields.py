@@ -32,6 +32,10 @@ SHELL_TOOLS = frozenset(
     }
 )
 
+NO_OUTPUT = "(no output)"
+"""The observation of a call that was answered with nothing: never empty, so that an answered
+call is not taken for one still waiting (serving.run_identity.ANSWERED_BY_ID)."""
+
 
 def as_dict(x: Any) -> dict[str, Any]:
     """`x` if it is a dict, else an empty dict."""

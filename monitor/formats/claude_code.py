@@ -26,6 +26,7 @@ from typing import Any
 
 from monitor.errors import TranscriptError
 from monitor.formats._fields import (
+    NO_OUTPUT,
     action_text,
     as_dict,
     as_float,
@@ -41,7 +42,6 @@ from monitor.textio import load_jsonl
 from monitor.types import Step, Totals, Trajectory
 
 NAME = "claude-code"
-NO_OUTPUT = "(no output)"
 
 _TYPES = {"system", "assistant", "user", "result", "summary", "stream_event"}
 _HEAD_RE = re.compile(rb'"type"\s*:\s*"(assistant|user|system|result)"')
@@ -172,8 +172,7 @@ class _Builder:
             if step is None:
                 continue
             # Claude Code answers a command that printed nothing with content "" (seen in real
-            # session logs and streams): marked, so an answered call is never taken for one still
-            # waiting (serving.run_identity.ANSWERED_BY_ID).
+            # session logs and streams)
             step.observation = content_text(b.get("content")) or NO_OUTPUT
             step.is_error = b.get("is_error") is True
         return "\n".join(prose)

@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from monitor.formats._fields import (
+    NO_OUTPUT,
     action_text,
     as_dict,
     as_int,
@@ -189,7 +190,7 @@ class Steps(StepLedger):
             text, failed = output_text(item.get("output"), asked.tool if asked else "")
             self.seen += len(text)
             if asked is not None:  # an `*_end` event before it may have said it failed
-                asked.observation = text or "(no output)"
+                asked.observation = text or NO_OUTPUT
                 asked.is_error = asked.is_error or failed
         elif kind == "web_search_call":
             query = as_str(as_dict(item.get("action")).get("query")) or as_str(item.get("query"))

@@ -38,6 +38,7 @@ from typing import Any
 
 from monitor.errors import TranscriptError
 from monitor.formats._fields import (
+    NO_OUTPUT,
     action_text,
     as_dict,
     as_int,
@@ -165,7 +166,7 @@ def _call_step(call: dict[str, Any], thought: str, timestamp: float | None) -> S
         failed |= bool(signals) and int(signals[-1]) != 0  # killed: `Exit Code: (none)`
     step = Step(index=0, tool=name, action=action_text(name, args), args=args or None)
     step.thought, step.timestamp, step.raw = thought, timestamp, call
-    step.observation = text or as_str(call.get("status")) or "(no output)"
+    step.observation = text or as_str(call.get("status")) or NO_OUTPUT
     step.is_error = failed
     return step
 

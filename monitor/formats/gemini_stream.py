@@ -28,6 +28,7 @@ from typing import Any
 
 from monitor.errors import TranscriptError
 from monitor.formats._fields import (
+    NO_OUTPUT,
     action_text,
     as_dict,
     as_int,
@@ -91,7 +92,7 @@ def read(path: Path) -> Trajectory:
         elif kind == "tool_result":
             asked = by_id.get(as_str(e.get("tool_id")))
             error = as_str(as_dict(e.get("error")).get("message"))
-            answer = as_str(e.get("output")) or error or as_str(e.get("status")) or "(no output)"
+            answer = as_str(e.get("output")) or error or as_str(e.get("status")) or NO_OUTPUT
             ledger.seen += len(answer)
             if asked is not None:
                 asked.observation = answer
