@@ -122,10 +122,9 @@ def first_pending(steps: list[Step], start: int, stop: int) -> int:
     is only called again once every call of its last response is answered, so a call without
     an answer by then will not get one (a transcript that lost it) and must not hold the rest
     of the run back."""
-    for i in range(start, stop):
+    last_call = max((j for j in range(start, stop) if made_a_call(steps[j])), default=start)
+    for i in range(last_call, stop):  # the calls before the latest response are not waiting
         if steps[i].kind in ("action", "submit") and not steps[i].observation:
-            if any(made_a_call(steps[j]) for j in range(i + 1, stop)):
-                continue
             return i
     return stop
 

@@ -151,11 +151,12 @@ def chosen_counts(
 
     out: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
     for t in targets:
+        key = target_key(t)
         per: dict[str, dict[str, dict[str, int]]] = {}
         for side, choices in (("a", choices_a), ("b", choices_b)):
             for pair in choices:
                 for group, c in pair.items():
-                    name = str((c.get("chosen_by_target") or {}).get(target_key(t)))
+                    name = str((c.get("chosen_by_target") or {}).get(key))
                     cell = per.setdefault(group, {"a": {}, "b": {}})[side]
                     cell[name] = cell.get(name, 0) + 1
         out[f"{t:g}"] = dict(sorted(per.items()))
